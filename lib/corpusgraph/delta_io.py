@@ -1,0 +1,79 @@
+"""Reading and writing the Delta tables of tables.py, with every write checked against its schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .tables import TABLES, spark_schema, table, table_path
+
+__all__ = ["Warehouse"]
+
+
+class Warehouse:
+    """The Delta tables under one warehouse folder, for one Spark session."""
+
+    def __init__(self, spark, root: str):
+        self.spark, self.root = spark, root
+
+    def path(self, name: str) -> str:
+        return table_path(self.root, name)
+
+    def ensure_all(self) -> None:
+        """Create every declared table that does not exist yet (empty, with its schema)."""
+        from delta.tables import DeltaTable
+
+        for name in TABLES:
+            if "://" not in self.root and (Path(self.path(name)) / "_delta_log").is_dir():
+                continue  # already a Delta table: skip a JVM round trip per table
+            DeltaTable.createIfNotExists(self.spark).location(self.path(name)).addColumns(spark_schema(name)).execute()
+
+    def read(self, name: str):
+        return self.spark.read.format("delta").load(self.path(name))
+
+    def conform(self, name: str, df):
+        """The frame with exactly the table's columns, in order and declared types; a clear error
+        when a column is missing (a stage bug, caught before anything is written)."""
+        from pyspark.sql import functions as F
+
+        schema = spark_schema(name)
+        missing = [f.name for f in schema if f.name not in df.columns]
+        if missing:
+            raise ValueError(f"output for table {name!r} lacks columns {missing}; it has {df.columns}")
+        return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema])
+
+    def overwrite(self, name: str, df) -> None:
+        self.conform(name, df).write.format("delta").mode("overwrite").save(self.path(name))
+
+    def append(self, name: str, df) -> None:
+        self.conform(name, df).write.format("delta").mode("append").save(self.path(name))
+
+    def merge(self, name: str, df, *, update: bool = True, delete_missing: bool = False,
+              soft_delete: str | None = None) -> None:
+        """Upsert on the table's key.
+
+        update: matched rows take the new values. delete_missing: target rows absent from df are
+        deleted. soft_delete: instead, set this boolean column to true on them (documents).
+        """
+        from delta.tables import DeltaTable
+
+        keys = table(name).key
+        cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+        m = DeltaTable.forPath(self.spark, self.path(name)).alias("t").merge(self.conform(name, df).alias("s"), cond)
+        if update:
+            m = m.whenMatchedUpdateAll()
+        elif soft_delete:  # a document that comes back is live again; nothing else changes
+            m = m.whenMatchedUpdate(condition=f"t.`{soft_delete}`", set={soft_delete: "false"})
+        m = m.whenNotMatchedInsertAll()
+        if soft_delete:
+            m = m.whenNotMatchedBySourceUpdate(condition=f"NOT t.`{soft_delete}`", set={soft_delete: "true"})
+        elif delete_missing:
+            m = m.whenNotMatchedBySourceDelete()
+        m.execute()
+
+    def delete_where_missing(self, name: str, keys_df, key: str) -> None:
+        """Delete rows whose `key` is not among keys_df[key] (e.g. reports of vanished communities)."""
+        from delta.tables import DeltaTable
+
+        (DeltaTable.forPath(self.spark, self.path(name)).alias("t")
+         .merge(keys_df.select(key).distinct().alias("s"), f"t.`{key}` = s.`{key}`")
+         .whenNotMatchedBySourceDelete().execute())

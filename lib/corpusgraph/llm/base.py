@@ -1,0 +1,85 @@
+"""The small LLM protocol every stage and query uses (DESIGN.md section 5).
+
+Batch in, batch out: `ChatModel.complete` returns one `ChatResult` per `ChatRequest`, in
+order; a failed request is a result with `error` set, never an exception that loses the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+__all__ = ["ChatRequest", "ChatResult", "ChatModel", "Embedder", "Usage"]
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    id: str  # the caller's key for this request (a unit id, a community id, ...)
+    messages: tuple[dict[str, str], ...]  # OpenAI chat messages: {"role": ..., "content": ...}
+    max_tokens: int
+    temperature: float = 0.0
+    json_schema: dict[str, Any] | None = None  # when set, the answer is constrained to this schema
+
+
+@dataclass
+class ChatResult:
+    id: str
+    text: str | None  # None when error is set
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cached: bool = False  # answered from the response cache: no call was paid for
+    error: str | None = None
+    seconds: float = 0.0
+    finish_reason: str | None = None  # "stop", "length", ... as the server said
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    model: str
+
+    def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    model: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:  # float32, shape (len(texts), dim), L2-normalised
+        ...
+
+
+@dataclass
+class Usage:
+    """Accounting for one stage of one run (a row of `llm_calls`)."""
+
+    calls: int = 0  # requests sent to a server (cache hits excluded)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cache_hits: int = 0
+    errors: int = 0
+    usd: float = 0.0
+    seconds: float = 0.0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def add_result(self, r: ChatResult, usd_per_1k_in: float = 0.0, usd_per_1k_out: float = 0.0) -> None:
+        if r.cached:
+            self.cache_hits += 1
+            return
+        self.calls += 1
+        self.tokens_in += r.tokens_in
+        self.tokens_out += r.tokens_out
+        self.usd += r.tokens_in / 1000 * usd_per_1k_in + r.tokens_out / 1000 * usd_per_1k_out
+        if r.error:
+            self.errors += 1
+
+    def merge(self, other: "Usage") -> None:
+        self.calls += other.calls
+        self.tokens_in += other.tokens_in
+        self.tokens_out += other.tokens_out
+        self.cache_hits += other.cache_hits
+        self.errors += other.errors
+        self.usd += other.usd
+        self.seconds += other.seconds

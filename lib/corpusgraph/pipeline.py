@@ -1,0 +1,165 @@
+"""The ordered stage registry, the run context, and run_index().
+
+A stage step (steps.py) reads its inputs from Delta, calls the pure transforms of stages/,
+and writes its outputs; this module times it, accounts for its LLM use, records the run in
+`runs` and `llm_calls`, and prints a summary at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, TextIO
+
+from .config import Config
+from .delta_io import Warehouse
+from .llm.base import Usage
+
+__all__ = ["STAGES", "RunContext", "StageResult", "run_index", "format_summary"]
+
+
+@dataclass
+class StageResult:
+    rows: dict[str, int] = field(default_factory=dict)
+    usage: Usage | None = None  # None for stages that make no LLM call
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class RunContext:
+    """What every step gets: config, Spark, the warehouse, and the LLM endpoint (started lazily)."""
+
+    def __init__(self, cfg: Config, spark, *, kind: str = "index", out: TextIO = sys.stderr):
+        self.cfg, self.spark, self.kind, self.out = cfg, spark, kind, out
+        self.wh = Warehouse(spark, cfg.storage.warehouse)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+        self.run_id = f"{kind}-{stamp}-{secrets.token_hex(3)}"
+        self.cache_dir = Path(cfg.storage.cache_dir).resolve()
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.results: dict[str, StageResult] = {}
+        self._server = None
+
+    def handoff(self, stage: str, part: str) -> str:
+        """A fresh folder for Spark <-> Ray exchange files of this run."""
+        return str(self.cache_dir / "handoff" / self.run_id / stage / part)
+
+    def llm_base_url(self) -> str | None:
+        """The endpoint LLM workers call; the embedded server starts on first use only, so a run
+        with nothing to send never starts it."""
+        if self.cfg.llm.backend != "embedded":
+            return self.cfg.llm.api_base
+        if self._server is None:
+            from .llm.server import EmbeddedServer
+
+            self.log(f"starting the embedded model server ({self.cfg.llm.model}, CPU)")
+            self._server = EmbeddedServer(n_ctx=self.cfg.llm.n_ctx, alias=self.cfg.llm.model,
+                                          log_path=self.cache_dir / "embedded-server.log")
+            self._server.start()
+        return self._server.base_url
+
+    def log(self, msg: str) -> None:
+        print(f"[corpusgraph] {msg}", file=self.out, flush=True)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+def _registry() -> dict[str, Callable[[RunContext], StageResult]]:
+    from . import steps
+
+    # One explicit, ordered list; a duplicate name is a bug and fails loudly.
+    ordered = [
+        ("ingest", steps.ingest),
+        ("chunk", steps.chunk),
+        ("extract", steps.extract),
+        ("resolve", steps.resolve),
+        ("communities", steps.communities),
+        ("reports", steps.reports),
+        ("embed", steps.embed),
+    ]
+    names = [n for n, _ in ordered]
+    if len(set(names)) != len(names):
+        raise RuntimeError(f"duplicate stage names in {names}")
+    return dict(ordered)
+
+
+STAGES: tuple[str, ...] = ("ingest", "chunk", "extract", "resolve", "communities", "reports", "embed")
+
+
+def _record_run(ctx: RunContext, started: datetime, status: str) -> None:
+    from pyspark.sql import Row
+
+    counts = {name: {**r.rows, "seconds": round(r.seconds, 2)} for name, r in ctx.results.items()}
+    row = Row(run_id=ctx.run_id, kind=ctx.kind, config_hash=ctx.cfg.fingerprint(), started=started,
+              finished=datetime.now(timezone.utc), status=status, stage_counts=json.dumps(counts, sort_keys=True))
+    ctx.wh.merge("runs", ctx.spark.createDataFrame([row]))
+    calls = [
+        Row(run_id=ctx.run_id, stage=name, calls=r.usage.calls, tokens_in=r.usage.tokens_in,
+            tokens_out=r.usage.tokens_out, cache_hits=r.usage.cache_hits, errors=r.usage.errors,
+            usd=float(r.usage.usd), seconds=float(r.seconds))
+        for name, r in ctx.results.items() if r.usage is not None
+    ]
+    if calls:
+        ctx.wh.merge("llm_calls", ctx.spark.createDataFrame(calls))
+
+
+def run_index(ctx: RunContext, stages: list[str] | None = None) -> dict[str, StageResult]:
+    """Run the stages in registry order (all, or the named subset) and record the run."""
+    registry = _registry()
+    if list(registry) != list(STAGES):
+        raise RuntimeError("STAGES and the registry disagree")
+    chosen = stages or list(STAGES)
+    unknown = [s for s in chosen if s not in registry]
+    if unknown:
+        raise ValueError(f"unknown stages {unknown}; known: {list(STAGES)}")
+    started = datetime.now(timezone.utc)
+    ctx.wh.ensure_all()
+    status = "failed"
+    try:
+        for i, name in enumerate([s for s in STAGES if s in chosen], start=1):
+            ctx.log(f"stage {i}/{len(chosen)}: {name}")
+            t0 = time.perf_counter()
+            result = registry[name](ctx)
+            result.seconds = time.perf_counter() - t0
+            if result.usage is not None:
+                result.usage.seconds = result.seconds
+            ctx.results[name] = result
+            ctx.log(f"  done in {result.seconds:.1f}s: " + ", ".join(f"{k}={v}" for k, v in result.rows.items()))
+            for note in result.notes:
+                ctx.log(f"  {note}")
+        status = "ok"
+    finally:
+        ctx.close()
+        _record_run(ctx, started, status)
+    return ctx.results
+
+
+def format_summary(ctx: RunContext, total_seconds: float) -> str:
+    head = f"{'stage':<12}{'seconds':>9}{'LLM calls':>11}{'cache hits':>12}{'tokens in':>11}{'tokens out':>12}{'errors':>8}{'usd':>9}  rows"
+    lines = [f"run {ctx.run_id} ({ctx.kind})", head, "-" * len(head)]
+    total = Usage()
+    for name, r in ctx.results.items():
+        u = r.usage or Usage()
+        total.merge(u)
+        rows = ", ".join(f"{k}={v}" for k, v in r.rows.items())
+        llm = r.usage is not None
+        lines.append(
+            f"{name:<12}{r.seconds:>9.1f}{(u.calls if llm else '-'):>11}{(u.cache_hits if llm else '-'):>12}"
+            f"{(u.tokens_in if llm else '-'):>11}{(u.tokens_out if llm else '-'):>12}{(u.errors if llm else '-'):>8}"
+            f"{(f'{u.usd:.4f}' if llm else '-'):>9}  {rows}"
+        )
+    lines.append("-" * len(head))
+    lines.append(
+        f"{'total':<12}{total_seconds:>9.1f}{total.calls:>11}{total.cache_hits:>12}{total.tokens_in:>11}"
+        f"{total.tokens_out:>12}{total.errors:>8}{total.usd:>9.4f}"
+    )
+    if total.calls == 0:
+        lines.append("No LLM call was paid for in this run: every result was already stored or cached.")
+    return "\n".join(lines)

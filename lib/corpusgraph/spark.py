@@ -1,0 +1,49 @@
+"""The one place a Spark session is built (jobs and the CLI call it; transforms never do)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import SparkSection
+
+__all__ = ["build_spark", "jar_paths"]
+
+
+def jar_paths(jars_dir: str | Path) -> list[str]:
+    """The Delta jars fetched by `make setup`; a clear error when they are missing."""
+    folder = Path(jars_dir).resolve()
+    jars = sorted(str(p) for p in folder.glob("*.jar"))
+    if not any("delta-spark" in Path(j).name for j in jars):
+        raise FileNotFoundError(
+            f"no Delta jar in {folder}: run `make setup` (it fetches them from Maven Central once)"
+        )
+    return jars
+
+
+def build_spark(section: SparkSection, *, set_master: bool = True, local_dirs: str | None = None):
+    """A SparkSession with Delta enabled through spark.jars: no dependency resolution at start.
+
+    set_master=False under spark-submit, where the master comes from the command line.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(section.app_name)
+        .config("spark.jars", ",".join(jar_paths(section.jars_dir)))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.shuffle.partitions", str(section.shuffle_partitions))
+        # One machine: the UI costs start-up time and a port, and nobody looks at it in batch runs.
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", section.driver_memory)
+        # Arrow makes toPandas/mapInArrow hand-offs columnar instead of row-by-row pickling.
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if set_master:
+        builder = builder.master(section.master)
+    if local_dirs:
+        builder = builder.config("spark.local.dir", local_dirs)
+    for key, value in section.extra.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -1,0 +1,96 @@
+"""chunk: documents -> text_units, token windows with overlap and character offsets.
+
+Windows are cut on token boundaries of the configured tiktoken encoding; each unit keeps the
+character span it covers in its document, so a citation can point back into the source.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from typing import Iterator, NamedTuple
+
+import pyarrow as pa
+
+from ..config import ChunkSection
+from ..tables import table
+from ..tokens import get_encoding
+
+__all__ = ["chunk_text", "Chunk", "unit_id", "chunk_documents"]
+
+
+class Chunk(NamedTuple):
+    ordinal: int
+    text: str
+    n_tokens: int
+    char_start: int
+    char_end: int
+
+
+def unit_id(doc_id: str, ordinal: int, text: str) -> str:
+    return hashlib.sha256(f"{doc_id}|{ordinal}|{text}".encode("utf-8")).hexdigest()[:32]
+
+
+def chunk_text(text: str, size: int, overlap: int, encoding: str = "cl100k_base") -> list[Chunk]:
+    if overlap >= size:
+        raise ValueError(f"chunk overlap ({overlap}) must be smaller than size ({size})")
+    enc = get_encoding(encoding)
+    tokens = enc.encode_ordinary(text)
+    if not tokens:
+        return []
+    # Byte offset of every token start, then byte offset -> character offset. A token may end
+    # inside a multi-byte character; rounding down keeps spans on character boundaries.
+    byte_ends = []
+    total = 0
+    for tok in tokens:
+        total += len(enc.decode_single_token_bytes(tok))
+        byte_ends.append(total)
+    char_byte_starts = []
+    b = 0
+    for ch in text:
+        char_byte_starts.append(b)
+        b += len(ch.encode("utf-8"))
+
+    def to_char(byte_offset: int) -> int:
+        return bisect.bisect_right(char_byte_starts, byte_offset) - 1 if byte_offset < b else len(text)
+
+    chunks = []
+    step = size - overlap
+    start = 0
+    while True:
+        end = min(start + size, len(tokens))
+        byte_start = byte_ends[start - 1] if start else 0
+        c0, c1 = to_char(byte_start), to_char(byte_ends[end - 1])
+        chunks.append(Chunk(len(chunks), text[c0:c1], end - start, c0, c1))
+        if end == len(tokens):
+            return chunks
+        start += step
+
+
+def _chunk_batches(batches: Iterator[pa.RecordBatch], section: ChunkSection) -> Iterator[pa.RecordBatch]:
+    schema = table("text_units").schema
+    for batch in batches:
+        rows = []
+        for doc_id, text in zip(batch.column("doc_id").to_pylist(), batch.column("text").to_pylist()):
+            for c in chunk_text(text or "", section.size_tokens, section.overlap_tokens, section.encoding):
+                rows.append(
+                    {
+                        "unit_id": unit_id(doc_id, c.ordinal, c.text),
+                        "doc_id": doc_id,
+                        "ordinal": c.ordinal,
+                        "text": c.text,
+                        "n_tokens": c.n_tokens,
+                        "char_start": c.char_start,
+                        "char_end": c.char_end,
+                    }
+                )
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def chunk_documents(documents, section: ChunkSection):
+    """documents (live rows) -> text_units, in Arrow batches on the executors."""
+    from ..tables import spark_schema
+
+    live = documents.where("NOT deleted").select("doc_id", "text")
+    return live.mapInArrow(lambda it: _chunk_batches(it, section), spark_schema("text_units"))

@@ -1,0 +1,121 @@
+"""communities: entities + relationships -> communities (hierarchical Leiden).
+
+The graph is integer-encoded in Spark, only the (int, int, weight) edge list and the ordered id
+list come to the driver, Leiden runs there (graph/leiden.py), and the membership goes back to
+Spark to gather each community's relationships and source units.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+
+from ..config import CommunitiesSection
+
+__all__ = ["encode_graph", "detect", "communities_from_membership", "MEMBERSHIP_SCHEMA"]
+
+MEMBERSHIP_SCHEMA = pa.schema(
+    [
+        ("community_id", pa.string()),
+        ("level", pa.int32()),
+        ("parent_id", pa.string()),
+        ("entity_id", pa.string()),
+        ("graph_version", pa.string()),
+        ("modularity", pa.float64()),
+    ]
+)
+
+
+def encode_graph(entities, relationships):
+    """(nodes, edges): nodes(entity_id, idx) ordered by id; edges(a, b, weight) as ints."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    # A global ordering is one partition's work, but it is one narrow column of ids.
+    nodes = entities.select("entity_id").withColumn(
+        "idx", (F.row_number().over(Window.orderBy("entity_id")) - 1).cast("long")
+    )
+    edges = (
+        relationships.select("source_id", "target_id", "weight")
+        .join(nodes.withColumnRenamed("entity_id", "source_id").withColumnRenamed("idx", "a"), "source_id")
+        .join(nodes.withColumnRenamed("entity_id", "target_id").withColumnRenamed("idx", "b"), "target_id")
+        .select("a", "b", "weight")
+    )
+    return nodes, edges
+
+
+def _community_id(level: int, members: list[str]) -> str:
+    h = hashlib.sha256(f"{level}|".encode())
+    for m in members:
+        h.update(m.encode())
+        h.update(b",")
+    return h.hexdigest()[:32]
+
+
+def detect(ids: list[str], a: np.ndarray, b: np.ndarray, w: np.ndarray, section: CommunitiesSection) -> pa.Table:
+    """Driver side: hierarchical Leiden over the encoded graph -> membership rows."""
+    from ..graph.leiden import hierarchical_leiden
+
+    edges = np.stack([a, b], axis=1).astype(np.int64) if len(a) else np.zeros((0, 2), dtype=np.int64)
+    order = np.lexsort((edges[:, 1], edges[:, 0])) if len(edges) else np.array([], dtype=np.int64)
+    version = hashlib.sha256(
+        np.ascontiguousarray(edges[order]).tobytes() + np.asarray(w, dtype=np.float64)[order].tobytes()
+        + "|".join(ids).encode()
+    ).hexdigest()[:16]
+    result = hierarchical_leiden(
+        len(ids), edges, np.asarray(w, dtype=np.float64), max_cluster_size=section.max_cluster_size,
+        seed=section.seed, max_levels=section.max_levels, resolution=section.resolution,
+    )
+    cids: list[str] = []
+    for c in result.communities:
+        cids.append(_community_id(c.level, [ids[i] for i in c.nodes]))
+    rows: dict[str, list] = {f.name: [] for f in MEMBERSHIP_SCHEMA}
+    for c, cid in zip(result.communities, cids):
+        parent = cids[c.parent] if c.parent is not None else None
+        for i in c.nodes:
+            rows["community_id"].append(cid)
+            rows["level"].append(c.level)
+            rows["parent_id"].append(parent)
+            rows["entity_id"].append(ids[int(i)])
+            rows["graph_version"].append(version)
+            rows["modularity"].append(float(result.modularity.get(c.level, float("nan"))))
+    return pa.table(rows, schema=MEMBERSHIP_SCHEMA)
+
+
+def communities_from_membership(membership, entities, relationships):
+    """membership(community_id, level, parent_id, entity_id, ...) -> communities rows."""
+    from pyspark.sql import functions as F
+
+    units = membership.join(entities.select("entity_id", "unit_ids"), "entity_id").select(
+        "community_id", F.explode("unit_ids").alias("unit_id")
+    ).groupBy("community_id").agg(F.array_sort(F.collect_set("unit_id")).alias("unit_ids"))
+    m_src = membership.select("community_id", F.col("entity_id").alias("source_id"))
+    m_tgt = membership.select("community_id", F.col("entity_id").alias("target_id"))
+    rels = (
+        relationships.select("rel_id", "source_id", "target_id")
+        .join(m_src, "source_id")
+        .join(m_tgt, ["community_id", "target_id"])
+        .groupBy("community_id")
+        .agg(F.array_sort(F.collect_set("rel_id")).alias("rel_ids"))
+    )
+    base = membership.groupBy("community_id").agg(
+        F.first("level").alias("level"),
+        F.first("parent_id").alias("parent_id"),
+        F.array_sort(F.collect_list("entity_id")).alias("entity_ids"),
+        F.first("graph_version").alias("graph_version"),
+        F.first("modularity").alias("modularity"),
+    )
+    empty = F.array().cast("array<string>")
+    return base.join(rels, "community_id", "left").join(units, "community_id", "left").select(
+        "community_id",
+        F.col("level").cast("int").alias("level"),
+        "parent_id",
+        "entity_ids",
+        F.coalesce("rel_ids", empty).alias("rel_ids"),
+        F.coalesce("unit_ids", empty).alias("unit_ids"),
+        F.size("entity_ids").cast("int").alias("size"),
+        "graph_version",
+        "modularity",
+    )

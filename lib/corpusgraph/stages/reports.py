@@ -1,0 +1,179 @@
+"""reports: communities -> community_reports, one LLM report per community, bottom-up.
+
+Levels run deepest first, so a parent can use its children's reports: when a community's raw
+context (entities and relationships) exceeds the token budget, child reports replace raw
+context, biggest child first. Each report records `built_from`, a hash of its exact input;
+a community whose input did not change is not reported again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+
+from ..config import ReportsSection
+from ..llm.base import ChatRequest, ChatResult
+from ..prompts import Prompt
+from ..tables import table
+from ..tokens import count_tokens, truncate_tokens
+
+__all__ = ["report_schema", "build_context", "parse_report", "ReportTask", "level_inputs", "CONTEXT_SCHEMA"]
+
+CONTEXT_SCHEMA = pa.schema([("community_id", pa.string()), ("level", pa.int32()), ("context", pa.string()),
+                            ("built_from", pa.string())])
+
+
+def report_schema(section: ReportsSection) -> dict[str, Any]:
+    finding = {
+        "type": "object",
+        "properties": {"summary": {"type": "string", "maxLength": 200}, "explanation": {"type": "string", "maxLength": 400}},
+        "required": ["summary", "explanation"],
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "minLength": 1, "maxLength": 120},
+            "summary": {"type": "string", "maxLength": 600},
+            "findings": {"type": "array", "items": finding, "maxItems": section.max_findings},
+            "rating": {"type": "number", "minimum": 0, "maximum": 10},
+            "rating_explanation": {"type": "string", "maxLength": 300},
+        },
+        "required": ["title", "summary", "findings", "rating", "rating_explanation"],
+    }
+
+
+def _lines(header: str, rows: list[str]) -> str:
+    return header + "\n" + "\n".join(rows) if rows else ""
+
+
+def build_context(entities: Sequence[dict], rels: Sequence[dict], children: Sequence[dict], budget: int) -> str:
+    """The text a report is written from, within `budget` tokens.
+
+    entities: {title, type, description, degree}; rels: {source, target, description, weight};
+    children: {title, summary, size} of sub-community reports.
+    """
+    ents = sorted(entities, key=lambda e: (-(e.get("degree") or 0), e["title"]))
+    rs = sorted(rels, key=lambda r: (-(r.get("weight") or 0), r["source"], r["target"]))
+    ent_lines = [f"- {e['title']} ({e['type']}): {e.get('description') or ''}" for e in ents]
+    rel_lines = [f"- {r['source']} -> {r['target']} [weight {r.get('weight', 0):g}]: {r.get('description') or ''}" for r in rs]
+    raw = "\n\n".join(p for p in (_lines("Entities:", ent_lines), _lines("Relationships:", rel_lines)) if p)
+    if count_tokens(raw) <= budget or not children:
+        return truncate_tokens(raw, budget)
+    # Too big: sub-community reports stand in for raw context, biggest first.
+    kids = sorted(children, key=lambda c: (-(c.get("size") or 0), c["title"]))
+    parts, used = [], 0
+    for c in kids:
+        line = f"- {c['title']}: {c.get('summary') or ''}"
+        cost = count_tokens(line) + 1
+        if used + cost > budget * 0.7:
+            break
+        parts.append(line)
+        used += cost
+    text = _lines("Sub-community reports:", parts)
+    rest = "\n\n".join(p for p in (_lines("Entities:", ent_lines), _lines("Relationships:", rel_lines)) if p)
+    return truncate_tokens(text + "\n\n" + rest, budget)
+
+
+def _hash(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:32]
+
+
+def _context_batches(batches: Iterator[pa.RecordBatch], budget: int, fingerprint: str) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        out = []
+        for row in batch.to_pylist():
+            ctx = build_context(row["ents"] or [], row["rels"] or [], row["kids"] or [], budget)
+            out.append({"community_id": row["community_id"], "level": row["level"], "context": ctx,
+                        "built_from": _hash(fingerprint, ctx)})
+        if out:
+            yield pa.RecordBatch.from_pylist(out, schema=CONTEXT_SCHEMA)
+
+
+def level_inputs(communities, entities, relationships, reports, level: int, section: ReportsSection, fingerprint: str):
+    """Communities of one level with their report context and built_from hash.
+
+    fingerprint: prompt and model identity, so a new prompt or model rebuilds every report.
+    """
+    from pyspark.sql import functions as F
+
+    from ..tables import spark_schema  # noqa: F401
+
+    comm = communities.where((F.col("level") == level) & (F.col("size") >= section.min_size))
+    ent_rows = comm.select("community_id", F.explode("entity_ids").alias("entity_id")).join(
+        entities.select("entity_id", "title", "type", "description", "degree"), "entity_id"
+    ).groupBy("community_id").agg(
+        F.collect_list(F.struct("title", "type", "description", "degree")).alias("ents")
+    )
+    titles = entities.select("entity_id", "title")
+    rel_rows = (
+        comm.select("community_id", F.explode("rel_ids").alias("rel_id"))
+        .join(relationships, "rel_id")
+        .join(titles.withColumnRenamed("entity_id", "source_id").withColumnRenamed("title", "source"), "source_id")
+        .join(titles.withColumnRenamed("entity_id", "target_id").withColumnRenamed("title", "target"), "target_id")
+        .groupBy("community_id")
+        .agg(F.collect_list(F.struct("source", "target", "description", "weight")).alias("rels"))
+    )
+    kids = (
+        communities.select(F.col("parent_id").alias("community_id"), F.col("community_id").alias("child_id"), "size")
+        .join(reports.where(F.col("status") == "ok").select(F.col("community_id").alias("child_id"), "title", "summary"),
+              "child_id")
+        .groupBy("community_id")
+        .agg(F.collect_list(F.struct("title", "summary", "size")).alias("kids"))
+    )
+    joined = comm.select("community_id", "level").join(ent_rows, "community_id", "left").join(
+        rel_rows, "community_id", "left").join(kids, "community_id", "left")
+    ddl = "community_id string, level int, context string, built_from string"
+    return joined.mapInArrow(lambda it: _context_batches(it, section.max_input_tokens, fingerprint), ddl)
+
+
+def parse_report(result: ChatResult, section: ReportsSection) -> dict[str, Any]:
+    from ..llm.factory import parse_json_answer
+
+    empty = {"title": None, "summary": None, "findings": [], "rating": None, "rating_explanation": None}
+    if result.error:
+        return {**empty, "status": "llm_error", "error": result.error}
+    obj, err = parse_json_answer(result.text or "")
+    if obj is None or not str(obj.get("title") or "").strip():
+        return {**empty, "status": "parse_error", "error": err or "answer has no title"}
+    findings = [
+        {"summary": str(f.get("summary") or "")[:200], "explanation": str(f.get("explanation") or "")[:400]}
+        for f in (obj.get("findings") or [])[: section.max_findings] if isinstance(f, dict)
+    ]
+    try:
+        rating = max(0.0, min(10.0, float(obj.get("rating"))))
+    except (TypeError, ValueError):
+        rating = None
+    return {"title": str(obj["title"]).strip()[:120], "summary": str(obj.get("summary") or "")[:600],
+            "findings": findings, "rating": rating, "rating_explanation": str(obj.get("rating_explanation") or "")[:300],
+            "status": "ok", "error": err}
+
+
+class ReportTask:
+    output_schema: pa.Schema = table("community_reports").schema
+    stage = "reports"
+
+    def __init__(self, section: ReportsSection, prompt: Prompt, model: str, temperature: float):
+        self.section, self.prompt, self.model, self.temperature = section, prompt, model, temperature
+
+    def requests(self, rows: Sequence[dict]) -> list[ChatRequest]:
+        schema = report_schema(self.section)
+        return [
+            ChatRequest(
+                id=r["community_id"],
+                messages=({"role": "user", "content": self.prompt.render(context=r["context"],
+                                                                         max_findings=self.section.max_findings)},),
+                max_tokens=self.section.max_tokens,
+                temperature=self.temperature,
+                json_schema=schema,
+            )
+            for r in rows
+        ]
+
+    def outputs(self, rows: Sequence[dict], results: Sequence[ChatResult]) -> list[dict]:
+        return [
+            {"community_id": r["community_id"], "level": r["level"], **parse_report(res, self.section),
+             "built_from": r["built_from"], "model": self.model, "tokens_in": res.tokens_in, "tokens_out": res.tokens_out}
+            for r, res in zip(rows, results)
+        ]
