@@ -74,7 +74,7 @@ def cmd_query(args) -> int:
 
             from .llm.server import EmbeddedServer
 
-            server = EmbeddedServer(n_ctx=cfg.llm.n_ctx, alias=cfg.llm.model,
+            server = EmbeddedServer(n_ctx=cfg.llm.n_ctx, model_alias=cfg.llm.model,
                                     log_path=Path(cfg.storage.cache_dir) / "embedded-server-query.log")
             server.start()
             base_url = server.base_url

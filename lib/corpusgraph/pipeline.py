@@ -57,7 +57,7 @@ class RunContext:
             from .llm.server import EmbeddedServer
 
             self.log(f"starting the embedded model server ({self.cfg.llm.model}, CPU)")
-            self._server = EmbeddedServer(n_ctx=self.cfg.llm.n_ctx, alias=self.cfg.llm.model,
+            self._server = EmbeddedServer(n_ctx=self.cfg.llm.n_ctx, model_alias=self.cfg.llm.model,
                                           log_path=self.cache_dir / "embedded-server.log")
             self._server.start()
         return self._server.base_url

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from .config import SparkSection
@@ -42,6 +44,12 @@ def build_spark(section: SparkSection, *, set_master: bool = True, local_dirs: s
     )
     if set_master:
         builder = builder.master(section.master)
+        if section.master.startswith("local"):
+            # Python workers must run the interpreter that has corpusgraph installed, not
+            # whatever `python3` is first on PATH. pyspark takes the worker interpreter from
+            # this variable when the context starts (the spark.pyspark.python conf is not
+            # consulted on the Python side), so set it for this process and its children.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if local_dirs:
         builder = builder.config("spark.local.dir", local_dirs)
     for key, value in section.extra.items():

@@ -31,6 +31,7 @@ def ingest(ctx: RunContext) -> StageResult:
     files = (
         ctx.spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(sec.inputs)
     )
+    files = ingest_stage.with_empty_files(files, files.inputFiles())
     parsed = ingest_stage.parse_files(files, sec).cache()
     docs = ingest_stage.documents_from(parsed).cache()
     quarantine = ingest_stage.quarantine_from(parsed)

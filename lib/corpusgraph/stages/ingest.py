@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ..config import IngestSection
 
-__all__ = ["parse_file", "PARSED_SCHEMA", "parse_files", "documents_from", "quarantine_from", "content_hash"]
+__all__ = ["parse_file", "PARSED_SCHEMA", "parse_files", "with_empty_files", "documents_from", "quarantine_from", "content_hash"]
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text"}
 SUPPORTED = TEXT_SUFFIXES | {".jsonl", ".ndjson", ".parquet"}
@@ -161,6 +161,21 @@ def parse_files(files, section: IngestSection):
     )
     ddl = ", ".join(f"{f.name} string" for f in PARSED_SCHEMA)
     return small.unionByName(big).mapInArrow(lambda it: _parse_batches(it, section), ddl)
+
+
+def with_empty_files(files, listed: list[str]):
+    """Spark's file scan skips zero-byte files; add them back (from the listing) so that they
+    reach quarantine as `empty` instead of vanishing. listed: paths as DataFrame.inputFiles()."""
+    from pyspark.sql import functions as F
+
+    spark = files.sparkSession
+    # inputFiles() says file:///x where the scan says file:/x; compare on one form.
+    norm = [p.replace("file:///", "file:/", 1) for p in listed]
+    all_files = spark.createDataFrame([(p,) for p in norm], "path string")
+    empties = all_files.join(files.select("path"), "path", "left_anti")
+    return files.select("path", "length", "content").unionByName(
+        empties.select("path", F.lit(0).cast("long").alias("length"), F.lit(None).cast("binary").alias("content"))
+    )
 
 
 def documents_from(parsed):

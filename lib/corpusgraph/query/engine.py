@@ -1,0 +1,151 @@
+"""One entry point for questions: validation, the auto router, and the cost of each answer.
+
+The router is a few rules, no LLM call: corpus-wide wording goes to global search, a question
+that names known entities to local search, anything else to basic search. It says why in
+`Answer.route_reason`. Every LLM call of an answer goes through a per-question meter, so tokens
+and dollars are summed in one place whatever the method does.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from corpusgraph.config import QuerySection
+from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult, Embedder
+from corpusgraph.query.answer import Answer
+from corpusgraph.query.basic import basic_search
+from corpusgraph.query.global_search import global_search
+from corpusgraph.query.local import local_search
+from corpusgraph.query.store import IndexStore
+
+__all__ = ["QueryEngine", "route", "METHODS", "MAX_QUESTION_CHARS"]
+
+log = logging.getLogger(__name__)
+
+METHODS = ("basic", "local", "global", "auto")
+MAX_QUESTION_CHARS = 2000
+
+# Wording that asks about the corpus as a whole rather than about something in it.
+_CORPUS_WIDE = re.compile(
+    r"\b(themes?|trends?|recurring|overall|across|in general|big picture|patterns?|summar(?:y|ise|ize))\b"
+    r"|^\s*(?:what|which) (?:are|were) the (?:main|key|major|common|most common|most important|biggest)\b"
+)
+# Wording that stays corpus-wide even when an entity is named ("themes around the Lumen Guild"
+# is still a themes question); weaker cues ("what are the main allies of X") defer to the entity.
+_STRONG = re.compile(
+    r"\b(themes?|trends?|overall|across (?:the )?(?:corpus|documents|dataset|collection|all|everything))\b"
+)
+
+
+def route(store: IndexStore, question: str) -> tuple[str, str]:
+    """(method, reason) for a question, by wording and by entity names the index knows."""
+    text = question.casefold()
+    cue = _CORPUS_WIDE.search(text)
+    strong = _STRONG.search(text)
+    named = store.match_names(question)
+    names = ", ".join((store.entities[e].get("title") or e) for e in named[:3])
+    if cue and (not named or strong):
+        why = f"corpus-wide wording ({(strong or cue).group(0).strip()!r})"
+        return "global", why + (f" outweighs named entities ({names})" if named else "")
+    if named:
+        return "local", f"names known entities: {names}"
+    return "basic", "no corpus-wide wording and no known entity named"
+
+
+class _MeteredChat:
+    """Passes requests through and keeps every result, so the engine can add up the cost."""
+
+    def __init__(self, chat: ChatModel):
+        self._chat = chat
+        self.model = chat.model
+        self.results: list[ChatResult] = []
+
+    def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        results = self._chat.complete(requests)
+        self.results.extend(results)
+        return results
+
+
+def _load_prompt(prompts_dir: Path, relative: str) -> str:
+    # The section's paths are relative to the config folder ("prompts/answer.txt"); a caller
+    # that passes the prompts folder itself is served by the file name alone.
+    for path in (prompts_dir / relative, prompts_dir / Path(relative).name):
+        if path.is_file():
+            return path.read_text(encoding="utf-8")
+    raise FileNotFoundError(f"prompt file {relative!r} not found under {prompts_dir}")
+
+
+class QueryEngine:
+    """Answers questions over a loaded `IndexStore` with one chat model and one embedder."""
+
+    def __init__(
+        self,
+        store: IndexStore,
+        chat: ChatModel,
+        embedder: Embedder,
+        section: QuerySection,
+        prompts_dir: Path,
+        usd_per_1k_in: float = 0.0,
+        usd_per_1k_out: float = 0.0,
+    ):
+        self.store = store
+        self.chat = chat
+        self.embedder = embedder
+        self.section = section
+        self.usd_per_1k_in = usd_per_1k_in
+        self.usd_per_1k_out = usd_per_1k_out
+        prompts_dir = Path(prompts_dir)
+        # Read once, here, so a missing prompt fails at start-up rather than on the first question.
+        self.prompt_answer = _load_prompt(prompts_dir, section.prompt_answer)
+        self.prompt_map = _load_prompt(prompts_dir, section.prompt_map)
+        self.prompt_reduce = _load_prompt(prompts_dir, section.prompt_reduce)
+        index_model = getattr(store.vectors("text_unit"), "model", None)
+        if index_model and index_model != embedder.model:
+            log.warning("vector index was built with %r but the embedder is %r", index_model, embedder.model)
+
+    def ask(self, question: str, method: str = "auto", level: int | None = None) -> Answer:
+        question = _check_question(question)
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if level is not None and (isinstance(level, bool) or not isinstance(level, int) or level < 0):
+            raise ValueError(f"level must be a non-negative integer, got {level!r}")
+        reason = None
+        if method == "auto":
+            method, reason = route(self.store, question)
+
+        meter = _MeteredChat(self.chat)
+        if method == "global":
+            answer = global_search(
+                self.store, meter, question, self.section, self.prompt_map, self.prompt_reduce, level
+            )
+        else:
+            vector = self.embedder.embed([question])[0]
+            search = basic_search if method == "basic" else local_search
+            answer = search(self.store, meter, question, vector, self.section, self.prompt_answer)
+        return self._with_cost(answer, meter.results, reason)
+
+    def _with_cost(self, answer: Answer, results: list[ChatResult], reason: str | None) -> Answer:
+        # Tokens count every call, cached or not: they measure the answer's size. Dollars count
+        # only calls a server was paid for; a cache hit cost nothing this time.
+        paid = [r for r in results if not r.cached]
+        usd = sum(r.tokens_in / 1000 * self.usd_per_1k_in + r.tokens_out / 1000 * self.usd_per_1k_out for r in paid)
+        return replace(
+            answer,
+            tokens_in=sum(r.tokens_in for r in results),
+            tokens_out=sum(r.tokens_out for r in results),
+            usd=usd,
+            llm_calls=len(results),
+            route_reason=reason,
+        )
+
+
+def _check_question(question: object) -> str:
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ValueError(f"the question has {len(question)} characters; at most {MAX_QUESTION_CHARS} are allowed")
+    return question.strip()

@@ -1,0 +1,287 @@
+"""Local search: entities named or implied by the question, their neighbourhood, one LLM call.
+
+Context building (`build_local_context`) is a pure function of the store, the question and its
+vector, separate from the LLM call, so it can be tested and benchmarked on its own.
+
+Seeds are the entities whose names appear in the question, then the nearest entity vectors.
+The context has five sections, filled in this order, each with a share of max_context_tokens:
+
+    entities 15%, relationships 20%, claims 10%, community reports 15%, text units 40%
+
+A section that needs less than its share passes the rest on to the next one, so the source
+text units (filled last, and the only thing cited) get at least 40% and usually more. Units come
+last in the filling order but are what the answer leans on: they hold the evidence, the rest
+says where to look.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from corpusgraph.config import QuerySection
+from corpusgraph.llm.base import ChatModel
+from corpusgraph.query.answer import (
+    Answer,
+    ask_once,
+    cited_tags,
+    citations_for,
+    fill_prompt,
+    fit_budget,
+    pack_blocks,
+    unique_ordered,
+)
+from corpusgraph.query.basic import NO_CONTEXT_ANSWER, unit_block
+from corpusgraph.query.store import IndexStore
+from corpusgraph.tokens import count_tokens
+
+__all__ = [
+    "LocalContext",
+    "SHARES",
+    "select_seeds",
+    "expand_neighbours",
+    "build_local_context",
+    "cited_unit_ids",
+    "local_search",
+]
+
+SHARES: tuple[tuple[str, float], ...] = (
+    ("entities", 0.15),
+    ("relationships", 0.20),
+    ("claims", 0.10),
+    ("reports", 0.15),
+    ("units", 0.40),
+)
+_HEADERS = {
+    "entities": "-- Entities --",
+    "relationships": "-- Relationships --",
+    "claims": "-- Claims --",
+    "reports": "-- Community reports --",
+    "units": "-- Source texts --",
+}
+# Neighbours kept per question, as a multiple of top_k_entities: a hub seed can have thousands
+# of edges, and the entity share of the budget holds a dozen or so lines anyway.
+_NEIGHBOURS_PER_SEED_SLOT = 2
+# Units behind the relationships in the context are cited too, but capped so one heavily
+# attested relationship does not bury the units the context actually showed.
+_MAX_RELATIONSHIP_UNITS = 10
+
+
+@dataclass
+class LocalContext:
+    text: str
+    tokens: int
+    seed_ids: list[str]
+    # What made it into the context, in tag order: entity_ids[0] is [E1], unit_ids[0] is [U1].
+    entity_ids: list[str] = field(default_factory=list)
+    rel_ids: list[str] = field(default_factory=list)
+    claim_ids: list[str] = field(default_factory=list)
+    community_ids: list[str] = field(default_factory=list)
+    unit_ids: list[str] = field(default_factory=list)
+    section_tokens: dict[str, int] = field(default_factory=dict)
+
+
+def select_seeds(store: IndexStore, question_vector: np.ndarray, question: str, k: int) -> list[str]:
+    """Entities named in the question first (exact evidence), then nearest by vector; k at most."""
+    named = store.match_names(question)
+    query = np.asarray(question_vector, dtype=np.float32).reshape(1, -1)
+    hits = store.vectors("entity").search(query, k)[0]
+    nearest = [eid for eid, _ in hits if eid in store.entities]
+    return unique_ordered(named, nearest, limit=k)
+
+
+def expand_neighbours(store: IndexStore, seeds: list[str], limit: int) -> list[str]:
+    """One-hop neighbours of the seeds, by summed edge weight to the seeds, then by degree."""
+    seed_set = set(seeds)
+    weight: dict[str, float] = {}
+    for seed in seeds:
+        for rel_id in store.adjacency.get(seed, ()):
+            other = store.other_end(rel_id, seed)
+            if other in seed_set or other not in store.entities:
+                continue
+            # Summed, so a neighbour tied to two seeds outranks one tied to a single seed.
+            weight[other] = weight.get(other, 0.0) + float(store.relationships[rel_id].get("weight") or 0.0)
+    ranked = sorted(weight, key=lambda e: (-weight[e], -store.degree(e), e))
+    return ranked[:limit]
+
+
+def _rank_relationships(store: IndexStore, seeds: list[str], selected: list[str]) -> list[str]:
+    """Edges with both ends selected: seed-seed, then seed-neighbour, then the rest; by weight."""
+    seed_set, chosen = set(seeds), set(selected)
+    rel_ids = {
+        rel_id
+        for eid in selected
+        for rel_id in store.adjacency.get(eid, ())
+        if store.other_end(rel_id, eid) in chosen
+    }
+
+    def key(rel_id: str):
+        rel = store.relationships[rel_id]
+        on_seeds = (rel["source_id"] in seed_set) + (rel["target_id"] in seed_set)
+        return (-on_seeds, -float(rel.get("weight") or 0.0), rel_id)
+
+    return sorted(rel_ids, key=key)
+
+
+def _rank_communities(store: IndexStore, selected: list[str]) -> list[str]:
+    """Communities with a report holding selected entities: lowest level first, then by how many."""
+    count: Counter[str] = Counter(cid for eid in selected for cid in store.entity_communities.get(eid, ()))
+    with_report = [cid for cid in count if cid in store.reports]
+
+    def key(cid: str):
+        report = store.reports[cid]
+        return (report["level"], -count[cid], -float(report.get("rating") or 0.0), cid)
+
+    return sorted(with_report, key=key)
+
+
+def _rank_units(store: IndexStore, seeds: list[str], entity_ids: list[str], rel_ids: list[str]) -> list[str]:
+    """The seeds' source units, by how many selected entities and context relationships they support."""
+    support: Counter[str] = Counter()
+    for eid in entity_ids:
+        support.update(set(store.entities[eid].get("unit_ids") or ()))
+    for rel_id in rel_ids:
+        support.update(set(store.relationships[rel_id].get("unit_ids") or ()))
+    candidates = unique_ordered([], [u for s in seeds for u in store.entities[s].get("unit_ids") or ()])
+    candidates = [u for u in candidates if u in store.units]
+    first_seen = {u: i for i, u in enumerate(candidates)}
+    return sorted(candidates, key=lambda u: (-support[u], first_seen[u]))
+
+
+def _title(store: IndexStore, entity_id: str | None) -> str:
+    if not entity_id:
+        return "?"
+    ent = store.entities.get(entity_id)
+    return (ent.get("title") if ent else None) or entity_id
+
+
+def _entity_line(store: IndexStore, i: int, eid: str) -> str:
+    ent = store.entities[eid]
+    return f"[E{i}] {ent.get('title') or eid} ({ent.get('type') or 'entity'}): {(ent.get('description') or '').strip()}"
+
+
+def _rel_line(store: IndexStore, i: int, rel_id: str) -> str:
+    rel = store.relationships[rel_id]
+    ends = f"{_title(store, rel['source_id'])} -- {_title(store, rel['target_id'])}"
+    return f"[R{i}] {ends}: {(rel.get('description') or '').strip()}"
+
+
+def _claim_line(store: IndexStore, i: int, claim_id: str) -> str:
+    c = store.claims[claim_id]
+    about = _title(store, c.get("subject_id")) + (f" -> {_title(store, c['object_id'])}" if c.get("object_id") else "")
+    kind = ", ".join(x for x in (c.get("type"), c.get("status")) if x)
+    return f"[C{i}] {about}" + (f" ({kind})" if kind else "") + f": {(c.get('description') or '').strip()}"
+
+
+def _report_block(store: IndexStore, i: int, cid: str) -> str:
+    rep = store.reports[cid]
+    lines = [f"[P{i}] {rep.get('title') or cid}: {(rep.get('summary') or '').strip()}"]
+    lines += [f"- {f.get('summary') or ''}" for f in rep.get("findings") or [] if f and f.get("summary")]
+    return "\n".join(lines)
+
+
+def build_local_context(
+    store: IndexStore, question_vector: np.ndarray, question: str, section: QuerySection
+) -> LocalContext:
+    """Rank the neighbourhood of the question's entities into one tagged, budgeted context."""
+    seeds = select_seeds(store, question_vector, question, section.top_k_entities)
+    neighbours = expand_neighbours(store, seeds, _NEIGHBOURS_PER_SEED_SLOT * section.top_k_entities)
+    selected = seeds + neighbours
+
+    budget = section.max_context_tokens
+    carry = 0  # tokens a previous section did not use
+    parts: list[str] = []
+    chosen: dict[str, list[str]] = {}
+    used_by: dict[str, int] = {}
+    for name, share in SHARES:
+        # Units are ranked by the relationships that made it in, so candidates are built in turn.
+        if name == "entities":
+            ids = selected
+            blocks = [_entity_line(store, i, e) for i, e in enumerate(ids, 1)]
+        elif name == "relationships":
+            # Among all selected entities, not only those that fit: an edge line names both ends,
+            # so it reads on its own even when a tight budget left the entity lines out.
+            ids = _rank_relationships(store, seeds, selected)
+            blocks = [_rel_line(store, i, r) for i, r in enumerate(ids, 1)]
+        elif name == "claims":
+            ids = unique_ordered([], [c for e in selected for c in store.entity_claims.get(e, ())])
+            blocks = [_claim_line(store, i, c) for i, c in enumerate(ids, 1)]
+        elif name == "reports":
+            ids = _rank_communities(store, selected)
+            blocks = [_report_block(store, i, c) for i, c in enumerate(ids, 1)]
+        else:
+            ids = _rank_units(store, seeds, selected, chosen["relationships"])
+            blocks = [unit_block(store, f"U{i}", u) for i, u in enumerate(ids, 1)]
+        # The last section takes whatever is left, so rounding never strands tokens.
+        room = budget - sum(used_by.values()) if name == "units" else int(budget * share) + carry
+        header = _HEADERS[name]
+        overhead = count_tokens("\n\n" + header + "\n")  # the header and the gap before it
+        taken, used = pack_blocks(blocks, room - overhead) if blocks else ([], 0)
+        if taken:
+            used += overhead
+            parts.append(header + "\n" + "\n".join(taken))
+        chosen[name] = ids[: len(taken)]
+        used_by[name] = used
+        carry = max(room - used, 0)
+
+    text = fit_budget("\n\n".join(parts), budget)
+    return LocalContext(
+        text=text,
+        tokens=count_tokens(text),
+        seed_ids=seeds,
+        entity_ids=chosen["entities"],
+        rel_ids=chosen["relationships"],
+        claim_ids=chosen["claims"],
+        community_ids=chosen["reports"],
+        unit_ids=chosen["units"],
+        section_tokens=used_by,
+    )
+
+
+def cited_unit_ids(store: IndexStore, ctx: LocalContext, answer_text: str | None) -> list[str]:
+    """Units the model cited ([U#], then the units of cited [R#]), then the context's units,
+    then the units behind the context's relationships (capped)."""
+    n_units, n_rels = len(ctx.unit_ids), len(ctx.rel_ids)
+    cited_units = [ctx.unit_ids[n - 1] for n in cited_tags(answer_text, "U") if 0 < n <= n_units]
+    cited_rels = [ctx.rel_ids[n - 1] for n in cited_tags(answer_text, "R") if 0 < n <= n_rels]
+
+    def rel_units(rel_ids: list[str]) -> list[str]:
+        return [u for r in rel_ids for u in store.relationships[r].get("unit_ids") or ()]
+
+    first = unique_ordered(cited_units, rel_units(cited_rels))
+    extra = [u for u in unique_ordered([], rel_units(ctx.rel_ids)) if u not in ctx.unit_ids and u not in first]
+    return [u for u in unique_ordered(first, ctx.unit_ids + extra[:_MAX_RELATIONSHIP_UNITS]) if u in store.units]
+
+
+def local_search(
+    store: IndexStore,
+    chat: ChatModel,
+    question: str,
+    question_vector: np.ndarray,
+    section: QuerySection,
+    prompt: str,
+) -> Answer:
+    ctx = build_local_context(store, question_vector, question, section)
+    details = {
+        "seeds": len(ctx.seed_ids),
+        "entities": len(ctx.entity_ids),
+        "relationships": len(ctx.rel_ids),
+        "claims": len(ctx.claim_ids),
+        "reports": len(ctx.community_ids),
+        "units": len(ctx.unit_ids),
+    }
+    if not ctx.text.strip():
+        return Answer(question=question, answer=NO_CONTEXT_ANSWER, method="local", details=details)
+    result = ask_once(chat, "local", fill_prompt(prompt, context=ctx.text, question=question), section.max_tokens)
+    unit_ids = cited_unit_ids(store, ctx, result.text)
+    return Answer(
+        question=question,
+        answer=(result.text or "").strip(),
+        method="local",
+        citations=citations_for(unit_ids, store.units, store.docs),
+        context_tokens=ctx.tokens,
+        error=result.error,
+        details=details,
+    )

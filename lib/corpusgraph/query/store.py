@@ -1,0 +1,209 @@
+"""The index as the query side sees it: Delta tables read once through delta-rs, plus FAISS.
+
+Nothing here imports pyspark: the service reads the warehouse with the `deltalake` package.
+Rows become plain dicts keyed by id, which answers the lookups the queries make (a unit, an
+entity's edges, the communities an entity sits in) in constant time; a few tens of thousands of
+rows load in about a second. Larger corpora will want lazier structures (a later issue).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from corpusgraph.tables import table_path
+
+__all__ = ["IndexStore", "IndexMissingError", "normalise_name"]
+
+# Document columns needed for citations; the text column is the bulk of the table and the
+# query side never shows whole documents, so it is not read.
+_DOC_COLUMNS = ["doc_id", "source_uri", "title", "access_domain", "deleted"]
+_REQUIRED = ("documents", "text_units", "entities", "relationships", "communities", "community_reports")
+# Claims extraction is optional in the pipeline; without the table local search has no claims.
+_OPTIONAL = ("claims",)
+_VECTOR_KINDS = ("text_unit", "entity")
+# Entity names are matched as word n-grams of the question; longer names are rare and this
+# bounds the work per question regardless of how many entities there are.
+_MAX_NAME_WORDS = 8
+_NON_WORD = re.compile(r"[^\w]+")
+
+
+class IndexMissingError(FileNotFoundError):
+    """A table or vector index the queries need is not there (the index was not built)."""
+
+
+def normalise_name(text: str) -> str:
+    """Casefolded words joined by single spaces: 'Dr. Mara  Voss' -> 'dr mara voss'."""
+    return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
+
+
+def _read_table(warehouse: str, name: str, columns: list[str] | None = None):
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    path = table_path(warehouse, name)
+    try:
+        return DeltaTable(path).to_pyarrow_table(columns=columns)
+    except TableNotFoundError as exc:
+        raise IndexMissingError(
+            f"table {name!r} not found at {path}; run `corpusgraph index` first"
+        ) from exc
+
+
+class IndexStore:
+    """Loads the query tables and vector indexes once and keeps id lookups over them.
+
+    Attributes are plain dicts of row dicts: `docs`, `units`, `entities`, `relationships`,
+    `claims`, `communities`, `reports`; and derived maps `adjacency` (entity id -> rel ids),
+    `entity_claims` (entity id -> claim ids), `entity_communities` (entity id -> community ids),
+    `reports_by_level` (level -> community ids) and `names` (normalised title or alias -> ids).
+    """
+
+    def __init__(self, warehouse: str, index_dir: str, *, load_vectors: bool = True):
+        self.warehouse = warehouse
+        self.index_dir = index_dir
+        self._load_tables()
+        self._vectors: dict[str, Any] = {}
+        if load_vectors:
+            for kind in _VECTOR_KINDS:
+                self.vectors(kind)
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def _load_tables(self) -> None:
+        wh = self.warehouse
+        docs = _read_table(wh, "documents", _DOC_COLUMNS).to_pylist()
+        # A document marked deleted must not be cited, nor its units shown.
+        deleted = {d["doc_id"] for d in docs if d.get("deleted")}
+        self.docs: dict[str, dict] = {d["doc_id"]: d for d in docs if d["doc_id"] not in deleted}
+        self.units: dict[str, dict] = {
+            u["unit_id"]: u for u in _read_table(wh, "text_units").to_pylist() if u["doc_id"] not in deleted
+        }
+        self.entities: dict[str, dict] = {e["entity_id"]: e for e in _read_table(wh, "entities").to_pylist()}
+        self.relationships: dict[str, dict] = {
+            r["rel_id"]: r for r in _read_table(wh, "relationships").to_pylist()
+        }
+        try:
+            claims = _read_table(wh, "claims").to_pylist()
+        except IndexMissingError:
+            claims = []
+        self.claims: dict[str, dict] = {c["claim_id"]: c for c in claims}
+        self.communities: dict[str, dict] = {
+            c["community_id"]: c for c in _read_table(wh, "communities").to_pylist()
+        }
+        # Reports that failed to build have no summary; they would only put noise in a context.
+        self.reports: dict[str, dict] = {
+            r["community_id"]: r
+            for r in _read_table(wh, "community_reports").to_pylist()
+            if (r.get("summary") or "").strip() and not r.get("error")
+        }
+        self._build_lookups()
+
+    def _build_lookups(self) -> None:
+        adjacency: dict[str, list[str]] = defaultdict(list)
+        for rel_id, rel in self.relationships.items():
+            adjacency[rel["source_id"]].append(rel_id)
+            if rel["target_id"] != rel["source_id"]:
+                adjacency[rel["target_id"]].append(rel_id)
+        self.adjacency = dict(adjacency)
+
+        entity_claims: dict[str, list[str]] = defaultdict(list)
+        for claim_id, claim in self.claims.items():
+            for end in (claim.get("subject_id"), claim.get("object_id")):
+                if end:
+                    entity_claims[end].append(claim_id)
+        self.entity_claims = dict(entity_claims)
+
+        entity_communities: dict[str, list[str]] = defaultdict(list)
+        communities_by_level: dict[int, list[str]] = defaultdict(list)
+        for cid, com in self.communities.items():
+            communities_by_level[com["level"]].append(cid)
+            for eid in com.get("entity_ids") or []:
+                entity_communities[eid].append(cid)
+        self.entity_communities = dict(entity_communities)
+        self.communities_by_level = dict(communities_by_level)
+
+        reports_by_level: dict[int, list[str]] = defaultdict(list)
+        for cid, rep in self.reports.items():
+            reports_by_level[rep["level"]].append(cid)
+        self.reports_by_level = {lvl: sorted(ids) for lvl, ids in reports_by_level.items()}
+
+        names: dict[str, list[str]] = defaultdict(list)
+        for eid, ent in self.entities.items():
+            for name in [ent.get("title") or ""] + list(ent.get("aliases") or []):
+                key = normalise_name(name)
+                if key and eid not in names[key]:
+                    names[key].append(eid)
+        self.names = dict(names)
+
+    def vectors(self, kind: str):
+        """The FAISS index of one kind ("text_unit", "entity", "community_report"), loaded once."""
+        if kind not in self._vectors:
+            from corpusgraph.query.vectors import VectorIndex
+
+            try:
+                self._vectors[kind] = VectorIndex.load(self.index_dir, kind)
+            except (FileNotFoundError, OSError) as exc:
+                raise IndexMissingError(
+                    f"vector index {kind!r} not found under {self.index_dir}; run `corpusgraph index` first ({exc})"
+                ) from exc
+        return self._vectors[kind]
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def degree(self, entity_id: str) -> int:
+        ent = self.entities.get(entity_id) or {}
+        return int(ent.get("degree") or len(self.adjacency.get(entity_id, ())))
+
+    def other_end(self, rel_id: str, entity_id: str) -> str:
+        rel = self.relationships[rel_id]
+        return rel["target_id"] if rel["source_id"] == entity_id else rel["source_id"]
+
+    def match_names(self, question: str) -> list[str]:
+        """Entity ids whose title or alias appears in the question as whole words.
+
+        In question order; a longer name wins over one inside it (a question naming "Port Keel
+        Harbour" means that, not "Port Keel").
+        Names under four characters must also match with their original case, so an entity
+        called "US" or "It" is not found in every question that says "us" or "it".
+        """
+        words = normalise_name(question).split()
+        found: list[tuple[int, str]] = []
+        seen: set[str] = set()
+        covered: set[int] = set()  # word positions inside a longer name already matched
+        for n in range(min(_MAX_NAME_WORDS, len(words)), 0, -1):
+            for start in range(len(words) - n + 1):
+                span = range(start, start + n)
+                if covered.intersection(span):
+                    continue
+                key = " ".join(words[start : start + n])
+                hits = [
+                    eid
+                    for eid in self.names.get(key, ())
+                    if eid not in seen and (len(key) >= 4 or self._case_match(eid, question))
+                ]
+                if hits:
+                    covered.update(span)
+                for eid in hits:
+                    seen.add(eid)
+                    found.append((start, eid))
+        return [eid for _, eid in sorted(found, key=lambda f: f[0])]
+
+    def _case_match(self, entity_id: str, question: str) -> bool:
+        ent = self.entities[entity_id]
+        for name in [ent.get("title") or ""] + list(ent.get("aliases") or []):
+            if name and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", question):
+                return True
+        return False
+
+    def report_levels(self) -> list[int]:
+        return sorted(self.reports_by_level)
+
+    def __repr__(self) -> str:
+        return (
+            f"IndexStore({self.warehouse!r}: {len(self.docs)} docs, {len(self.units)} units, "
+            f"{len(self.entities)} entities, {len(self.relationships)} relationships, "
+            f"{len(self.reports)} reports)"
+        )

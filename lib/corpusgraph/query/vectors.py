@@ -1,0 +1,166 @@
+"""FAISS files built from the `embeddings` table, and exact top-k search over them.
+
+One index per kind (text units, entities, community reports, ...): `<kind>.faiss` holds the
+vectors in row order and `<kind>.meta.json` the ids of those rows, the embedding model, the
+dimension and the count. The index is an exact inner-product index (`IndexFlatIP`) over
+L2-normalised vectors, so scores are cosine similarities; at this project's sizes (FAISS
+200k x 384: build 0.3 s, STACK.md) exact search is affordable and keeps results
+reproducible, which approximate indexes (HNSW build about 125 s there) do not.
+
+The service loads these files once at start-up; `corpusgraph index` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import faiss
+import numpy as np
+
+__all__ = ["VectorIndex", "available_kinds", "write_index"]
+
+_KIND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # it becomes a file name
+_NORM_TOLERANCE = 1e-3  # float32 vectors from a normalising embedder are well inside this
+
+
+def _paths(index_dir: Path, kind: str) -> tuple[Path, Path]:
+    if not _KIND.match(kind):
+        raise ValueError(f"kind {kind!r} must be letters, digits, '_' or '-'")
+    return index_dir / f"{kind}.faiss", index_dir / f"{kind}.meta.json"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    # Temp file in the same directory, so os.replace is a rename on one filesystem: a
+    # reader sees either the old file or the new one, never a partial write.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_index(
+    index_dir: str | os.PathLike[str], kind: str, ids: Sequence[str], vectors: np.ndarray, model: str
+) -> Path:
+    """Write `<index_dir>/<kind>.faiss` and `<kind>.meta.json`; returns the .faiss path.
+
+    `vectors` is (len(ids), dim) and must already be L2-normalised (an `Embedder`'s output):
+    a vector that is not is refused rather than silently rescaled, since it usually means
+    rows from another model or a corrupt table.
+    """
+    index_dir = Path(index_dir)
+    faiss_path, meta_path = _paths(index_dir, kind)
+    vecs = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vecs.ndim != 2:
+        raise ValueError(f"vectors must be 2-D (n, dim), got shape {vecs.shape}")
+    ids = [str(i) for i in ids]
+    if len(ids) != vecs.shape[0]:
+        raise ValueError(f"{len(ids)} ids for {vecs.shape[0]} vectors")
+    if len(set(ids)) != len(ids):
+        raise ValueError("ids must be unique: a search hit must name one row")
+    if vecs.shape[1] < 1:
+        raise ValueError("vectors must have at least one dimension")
+    if len(ids):
+        if not np.all(np.isfinite(vecs)):
+            raise ValueError("vectors contain NaN or infinity")
+        norms = np.linalg.norm(vecs, axis=1)
+        bad = np.flatnonzero(np.abs(norms - 1.0) > _NORM_TOLERANCE)
+        if bad.size:
+            raise ValueError(f"vectors must be L2-normalised; row {bad[0]} ({ids[bad[0]]!r}) has norm {norms[bad[0]]:.4f}")
+
+    index = faiss.IndexFlatIP(vecs.shape[1])
+    index.add(vecs)
+    meta = {"kind": kind, "model": model, "dim": int(vecs.shape[1]), "count": len(ids), "ids": ids}
+    index_dir.mkdir(parents=True, exist_ok=True)
+    # Vectors first, then the meta that describes them. Each file is replaced atomically;
+    # a reader racing the pair can still see a new .faiss with the old meta for a moment,
+    # and VectorIndex.load refuses that mismatch (count and dim must agree) loudly.
+    _atomic_write(faiss_path, faiss.serialize_index(index).tobytes())
+    _atomic_write(meta_path, json.dumps(meta, ensure_ascii=False).encode("utf-8"))
+    return faiss_path
+
+
+def available_kinds(index_dir: str | os.PathLike[str]) -> list[str]:
+    """Kinds with both files present under `index_dir`, sorted; [] if it does not exist."""
+    index_dir = Path(index_dir)
+    if not index_dir.is_dir():
+        return []
+    kinds = []
+    for p in index_dir.glob("*.faiss"):
+        kind = p.name[: -len(".faiss")]
+        if _KIND.match(kind) and (index_dir / f"{kind}.meta.json").is_file():
+            kinds.append(kind)
+    return sorted(kinds)
+
+
+class VectorIndex:
+    """One loaded kind: exact cosine top-k over its rows, answered with row ids."""
+
+    def __init__(self, kind: str, index: faiss.Index, ids: list[str], model: str):
+        if index.ntotal != len(ids):
+            raise ValueError(f"{kind}: index has {index.ntotal} rows but {len(ids)} ids")
+        self.kind = kind
+        self._index = index
+        self._ids = ids
+        self.model = model
+        self.dim = int(index.d)
+
+    @classmethod
+    def load(cls, index_dir: str | os.PathLike[str], kind: str) -> "VectorIndex":
+        faiss_path, meta_path = _paths(Path(index_dir), kind)
+        for p in (faiss_path, meta_path):
+            if not p.is_file():
+                raise FileNotFoundError(
+                    f"vector index file {p} is missing; run `corpusgraph index` to build the "
+                    f"{kind!r} index (it writes {faiss_path.name} and {meta_path.name})"
+                )
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        index = faiss.read_index(str(faiss_path))
+        if int(meta["dim"]) != index.d or int(meta["count"]) != index.ntotal:
+            raise ValueError(
+                f"{faiss_path} ({index.ntotal} x {index.d}) does not match {meta_path.name} "
+                f"({meta['count']} x {meta['dim']}); rebuild with `corpusgraph index`"
+            )
+        return cls(kind, index, list(meta["ids"]), str(meta["model"]))
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self._ids)  # a copy: the row order is this index's contract
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __repr__(self) -> str:
+        return f"VectorIndex(kind={self.kind!r}, model={self.model!r}, dim={self.dim}, count={len(self)})"
+
+    def search(self, query_vectors: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+        """Top-k (id, cosine) per query row, best first; fewer than k when k > len(self).
+
+        A 1-D vector counts as one query. Queries should come from the same model
+        (`self.model`) and be L2-normalised, as `Embedder.embed` returns them.
+        """
+        if k < 1:
+            raise ValueError("k must be >= 1")
+        q = np.ascontiguousarray(query_vectors, dtype=np.float32)
+        if q.ndim == 1:
+            q = q[None, :]
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise ValueError(f"query vectors must be (n, {self.dim}), got shape {q.shape}")
+        if q.shape[0] == 0 or len(self) == 0:
+            return [[] for _ in range(q.shape[0])]
+        scores, rows = self._index.search(q, min(k, len(self)))
+        # FAISS pads missing hits with row -1; keep only real rows.
+        return [
+            [(self._ids[r], float(s)) for r, s in zip(row_ids, row_scores) if r >= 0]
+            for row_ids, row_scores in zip(rows, scores)
+        ]

