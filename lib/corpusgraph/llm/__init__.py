@@ -1,0 +1,27 @@
+"""The LLM layer: one small protocol, one HTTP client, the embedded CPU model (DESIGN.md section 5).
+
+Importing this package starts nothing and opens nothing; httpx is its only non-stdlib import
+beyond numpy (base.py). llama-cpp-python is never imported here: the embedded server runs it
+in a subprocess.
+"""
+
+from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult, Embedder, Usage
+from corpusgraph.llm.cache import ResponseCache, cache_key
+from corpusgraph.llm.factory import open_chat_model, parse_json_answer
+from corpusgraph.llm.openai_http import OpenAIChatModel
+from corpusgraph.llm.server import EmbeddedServer, EmbeddedServerError
+
+__all__ = [
+    "ChatModel",
+    "ChatRequest",
+    "ChatResult",
+    "Embedder",
+    "Usage",
+    "ResponseCache",
+    "cache_key",
+    "OpenAIChatModel",
+    "EmbeddedServer",
+    "EmbeddedServerError",
+    "open_chat_model",
+    "parse_json_answer",
+]

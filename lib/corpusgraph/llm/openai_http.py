@@ -1,0 +1,309 @@
+"""A ChatModel for any OpenAI-compatible chat endpoint (vllm serve, OpenAI, llama.cpp, Ollama).
+
+All retry, backoff, concurrency and caching policy lives here, in one place (STYLE.md item 8).
+Every request of a batch ends as exactly one ChatResult, in input order; nothing a single
+request does (a 400, a hang, a garbage body) raises out of `complete`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import threading
+import time
+from typing import Any, Literal, Sequence
+
+import httpx
+
+from corpusgraph.llm.base import ChatRequest, ChatResult
+from corpusgraph.llm.cache import ResponseCache, cache_key
+
+__all__ = ["OpenAIChatModel", "SchemaStyle"]
+
+SchemaStyle = Literal["openai", "llama_cpp"]
+
+# Never sleep longer than this for one Retry-After, whatever the server asks; a server that
+# wants minutes is better reported as an error than waited on by a whole stage.
+_RETRY_AFTER_CAP_S = 120.0
+
+
+class _Retryable(Exception):
+    """A failure worth another try; `wait_s` is the server's Retry-After when it gave one."""
+
+    def __init__(self, reason: str, wait_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.wait_s = wait_s
+
+
+class _Fatal(Exception):
+    """A failure another try will not fix (a 4xx other than 429)."""
+
+
+class OpenAIChatModel:
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        api_key: str | None = None,
+        concurrency: int = 4,
+        timeout_s: float = 180.0,
+        max_retries: int = 3,
+        cache: ResponseCache | None = None,
+        schema_style: SchemaStyle = "openai",
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 20.0,
+    ) -> None:
+        if schema_style not in ("openai", "llama_cpp"):
+            raise ValueError(f"schema_style must be 'openai' or 'llama_cpp', not {schema_style!r}")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.cache = cache
+        self.schema_style = schema_style
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+
+    def __repr__(self) -> str:  # no api_key: reprs end up in logs
+        return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r}, schema_style={self.schema_style!r})"
+
+    # -- public API ----------------------------------------------------------------------------
+    def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Blocking batch call; runs its own event loop.
+
+        Inside a thread that already runs a loop (an async Ray actor, a notebook) asyncio.run
+        would refuse, so the batch then runs on a short-lived thread of its own.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.acomplete(requests))
+        box: list[list[ChatResult]] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                box.append(asyncio.run(self.acomplete(requests)))
+            except BaseException as exc:  # surfaced below, in the caller's thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=run, name="corpusgraph-llm-batch")
+        worker.start()
+        worker.join()
+        if failure:
+            raise failure[0]
+        return box[0]
+
+    async def acomplete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """The batch on the caller's loop: up to `concurrency` requests in flight."""
+        requests = list(requests)
+        keys = [self._key(r) for r in requests]
+        hits: dict[str, dict] = {}
+        if self.cache is not None and requests:
+            try:
+                # SQLite may wait on another process's lock; keep the loop free meanwhile.
+                hits = await asyncio.to_thread(self.cache.get_many, keys)
+            except Exception:  # a broken cache costs money, not correctness
+                hits = {}
+        results: list[ChatResult | None] = [None] * len(requests)
+        todo: list[int] = []
+        for i, (req, key) in enumerate(zip(requests, keys)):
+            if key in hits:
+                results[i] = self._from_cache(req, hits[key])
+            else:
+                todo.append(i)
+        if todo:
+            semaphore = asyncio.Semaphore(self.concurrency)
+            limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+            # A total budget per attempt; connect gets less so a dead host fails fast.
+            timeout = httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
+            async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=self._headers()) as client:
+                done = await asyncio.gather(
+                    *(self._one(client, semaphore, requests[i], keys[i]) for i in todo)
+                )
+            for i, res in zip(todo, done):
+                results[i] = res
+        missing = [requests[i].id for i, r in enumerate(results) if r is None]
+        if missing:  # a bug here, not a server problem: losing a row silently would be worse
+            raise AssertionError(f"no result for requests {missing}")
+        return results  # type: ignore[return-value]
+
+    # -- one request ---------------------------------------------------------------------------
+    async def _one(
+        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, req: ChatRequest, key: str
+    ) -> ChatResult:
+        start = time.monotonic()
+        try:
+            result = await self._with_retries(client, semaphore, req)
+        except Exception as exc:  # the contract: one bad request never loses the batch
+            result = ChatResult(id=req.id, text=None, error=f"unexpected {type(exc).__name__}: {exc}")
+        result.seconds = time.monotonic() - start
+        if result.error is None and self.cache is not None:
+            value = {
+                "text": result.text,
+                "tokens_in": result.tokens_in,
+                "tokens_out": result.tokens_out,
+                "finish_reason": result.finish_reason,
+            }
+            try:
+                await asyncio.to_thread(self.cache.put, key, value)
+            except Exception:
+                pass  # the answer is still good; it will just be paid for again next run
+        return result
+
+    async def _with_retries(
+        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, req: ChatRequest
+    ) -> ChatResult:
+        body = self._body(req)
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            try:
+                # The slot is held only while a request is on the wire, not while backing off.
+                async with semaphore:
+                    return await self._post(client, req, body)
+            except _Fatal as exc:
+                return ChatResult(id=req.id, text=None, error=str(exc))
+            except _Retryable as exc:
+                if attempt == attempts - 1:
+                    return ChatResult(id=req.id, text=None, error=f"{exc} (gave up after {attempts} attempts)")
+                await asyncio.sleep(self._delay(attempt, exc.wait_s))
+        raise AssertionError("unreachable")
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), _RETRY_AFTER_CAP_S)
+        # Full jitter (uniform over the whole exponential window) spreads out the many
+        # requests a rate limit rejected at the same moment.
+        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt))
+
+    async def _post(self, client: httpx.AsyncClient, req: ChatRequest, body: dict[str, Any]) -> ChatResult:
+        try:
+            resp = await client.post(f"{self.base_url}/chat/completions", json=body)
+        except httpx.TimeoutException as exc:
+            raise _Retryable(f"timeout after {self.timeout_s:g}s ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:  # refused, reset, protocol errors
+            raise _Retryable(f"connection error: {type(exc).__name__}: {exc}") from exc
+        status = resp.status_code
+        if status == 429 or status >= 500:
+            raise _Retryable(f"HTTP {status}: {_server_message(resp)}", _retry_after(resp))
+        if status != 200:
+            raise _Fatal(f"HTTP {status}: {_server_message(resp)}")
+        return _parse_completion(req.id, resp)
+
+    # -- building --------------------------------------------------------------------------------
+    def _key(self, req: ChatRequest) -> str:
+        return cache_key(self.model, req.messages, req.max_tokens, req.temperature, req.json_schema)
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _body(self, req: ChatRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in req.messages],
+            "max_tokens": req.max_tokens,
+            "temperature": req.temperature,
+        }
+        if req.json_schema is not None:
+            body["response_format"] = response_format(req.json_schema, self.schema_style)
+        return body
+
+    @staticmethod
+    def _from_cache(req: ChatRequest, value: dict) -> ChatResult:
+        return ChatResult(
+            id=req.id,
+            text=value.get("text"),
+            tokens_in=int(value.get("tokens_in") or 0),
+            tokens_out=int(value.get("tokens_out") or 0),
+            cached=True,
+            finish_reason=value.get("finish_reason"),
+        )
+
+
+def response_format(schema: dict[str, Any], style: SchemaStyle) -> dict[str, Any]:
+    """The `response_format` that makes a server constrain its answer to `schema`.
+
+    llama-cpp-python's server turns {"type": "json_object", "schema": ...} into a grammar
+    (llama_chat_format._grammar_for_response_format); a "json_schema" type is ignored there, so
+    the OpenAI shape would silently give unconstrained output.
+    """
+    if style == "llama_cpp":
+        return {"type": "json_object", "schema": schema}
+    name = "".join(c if c.isalnum() or c in "_-" else "_" for c in str(schema.get("title") or "answer"))[:64]
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+
+
+def _parse_completion(request_id: str, resp: httpx.Response) -> ChatResult:
+    """A 200's body as a result; a body without an answer is an error result, not an exception."""
+    try:
+        data = resp.json()
+    except ValueError:
+        return ChatResult(id=request_id, text=None, error=f"malformed response body: {resp.text[:200]!r}")
+    if not isinstance(data, dict):
+        return ChatResult(id=request_id, text=None, error=f"malformed response body: {resp.text[:200]!r}")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    tokens_in = _int(usage.get("prompt_tokens"))
+    tokens_out = _int(usage.get("completion_tokens"))
+    choices = data.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    if choice is None:
+        return ChatResult(id=request_id, text=None, tokens_in=tokens_in, tokens_out=tokens_out,
+                          error="response has no choices")
+    finish = choice.get("finish_reason")
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    content = message.get("content")
+    if not isinstance(content, str) or not content:
+        return ChatResult(id=request_id, text=None, tokens_in=tokens_in, tokens_out=tokens_out,
+                          finish_reason=finish, error=f"response has no content (finish_reason={finish})")
+    return ChatResult(id=request_id, text=content, tokens_in=tokens_in, tokens_out=tokens_out, finish_reason=finish)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _server_message(resp: httpx.Response) -> str:
+    """The server's own words: OpenAI's {"error": {"message"}}, FastAPI's {"detail"}, or raw text."""
+    try:
+        data = resp.json()
+    except ValueError:
+        return resp.text.strip()[:300] or resp.reason_phrase
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:300]
+        if isinstance(err, str):
+            return err[:300]
+        if "detail" in data:
+            return str(data["detail"])[:300]
+    return str(data)[:300]
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    """Seconds from Retry-After (seconds or an HTTP date) or OpenAI's retry-after-ms."""
+    ms = resp.headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000.0
+        except ValueError:
+            pass
+    value = resp.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
