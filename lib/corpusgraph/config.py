@@ -95,9 +95,9 @@ class ExtractSection(_Section):
         description="Closed list of entity types; the schema allows no others.",
     )
     prompt: str = Field("prompts/extract.txt", description="Prompt file, relative to the config file.")
-    max_entities: int = Field(8, ge=1, description="maxItems for entities per unit (small models repeat without it).")
-    max_relationships: int = Field(8, ge=0, description="maxItems for relationships per unit.")
-    max_tokens: int = Field(700, ge=32, description="Answer token limit per call.")
+    max_entities: int = Field(5, ge=1, description="maxItems for entities per unit (small models repeat without it).")
+    max_relationships: int = Field(5, ge=0, description="maxItems for relationships per unit.")
+    max_tokens: int = Field(500, ge=32, description="Answer token limit per call (the schema bounds every string and array below it).")
 
 
 class ResolveSection(_Section):

@@ -7,7 +7,9 @@ from tests.conftest import REPO
 def test_local_overlays_base_and_keeps_defaults():
     cfg = load_config(REPO / "conf" / "local.yaml")
     assert cfg.llm.backend == "embedded"
-    assert cfg.chunk.size_tokens == 300  # from base.yaml
+    assert cfg.chunk.size_tokens == 600  # local.yaml overrides base.yaml's 300
+    assert load_config(REPO / "conf" / "base.yaml").chunk.size_tokens == 300
+    assert cfg.storage.warehouse == "work/warehouse"  # from base.yaml, untouched by local.yaml
     assert cfg.communities.seed == 42  # a default stated only in config.py
     assert cfg.prompt_path(cfg.extract.prompt).is_file()
 

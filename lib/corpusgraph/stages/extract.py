@@ -29,7 +29,7 @@ def extraction_schema(section: ExtractSection) -> dict[str, Any]:
         "properties": {
             "name": {"type": "string", "minLength": 1, "maxLength": 80},
             "type": {"type": "string", "enum": list(section.entity_types)},
-            "description": {"type": "string", "maxLength": 300},
+            "description": {"type": "string", "maxLength": 120},
         },
         "required": ["name", "type", "description"],
     }
@@ -38,7 +38,7 @@ def extraction_schema(section: ExtractSection) -> dict[str, Any]:
         "properties": {
             "source": {"type": "string", "minLength": 1, "maxLength": 80},
             "target": {"type": "string", "minLength": 1, "maxLength": 80},
-            "description": {"type": "string", "maxLength": 300},
+            "description": {"type": "string", "maxLength": 120},
             "strength": {"type": "integer", "minimum": 1, "maximum": 10},
         },
         "required": ["source", "target", "description", "strength"],

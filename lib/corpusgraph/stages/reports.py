@@ -28,14 +28,14 @@ CONTEXT_SCHEMA = pa.schema([("community_id", pa.string()), ("level", pa.int32())
 def report_schema(section: ReportsSection) -> dict[str, Any]:
     finding = {
         "type": "object",
-        "properties": {"summary": {"type": "string", "maxLength": 200}, "explanation": {"type": "string", "maxLength": 400}},
+        "properties": {"summary": {"type": "string", "maxLength": 160}, "explanation": {"type": "string", "maxLength": 250}},
         "required": ["summary", "explanation"],
     }
     return {
         "type": "object",
         "properties": {
             "title": {"type": "string", "minLength": 1, "maxLength": 120},
-            "summary": {"type": "string", "maxLength": 600},
+            "summary": {"type": "string", "maxLength": 400},
             "findings": {"type": "array", "items": finding, "maxItems": section.max_findings},
             "rating": {"type": "number", "minimum": 0, "maximum": 10},
             "rating_explanation": {"type": "string", "maxLength": 300},
