@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print answers as JSON")
     sp.set_defaults(func=cmd_query)
 
+    from serving.cli_serve import add_serve_command  # argparse wiring only; FastAPI loads on use
+
+    add_serve_command(sub)
+
     sp = sub.add_parser("tables", help="row counts of every Delta table (no JVM)")
     common(sp)
     sp.set_defaults(func=cmd_tables)

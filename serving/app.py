@@ -1,0 +1,81 @@
+"""`create_app(settings) -> FastAPI`: the query service (DESIGN.md sections 1 and 2).
+
+The lifespan opens the query engine once per process, on a worker thread, and the app answers
+from that one engine until shutdown, when what the engine holds (an embedded model server) is
+released. Questions run on a small pool of worker threads owned by the app, sized by
+`max_concurrent_queries`, so a burst of slow questions cannot take every thread of the process.
+
+One process serves one index with one engine; to use more cores, run more processes behind a
+balancer (each loads its own copy of the index).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from typing import AsyncIterator
+
+from fastapi import FastAPI
+
+from serving.engine import EngineFactory, EngineHolder, default_engine_factory
+from serving.routers import health, query
+from serving.settings import ServiceSettings
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+_DESCRIPTION = """Questions over a corpusgraph index: `basic` (vector search over text units),
+`local` (an entity's graph neighbourhood), `global` (map-reduce over community reports), or
+`auto`, which picks one and says why. Every answer cites text units and documents and reports
+its tokens and cost.
+
+Authentication: when the service is started with API keys, `POST /v1/query` needs one, as
+`Authorization: Bearer <key>` or `X-API-Key: <key>`. Without keys it is open: for local use only.
+"""
+
+
+def _version() -> str:
+    try:
+        return version("corpusgraph")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown"
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: ServiceSettings = app.state.settings
+    holder: EngineHolder = app.state.engine
+    app.state.executor = ThreadPoolExecutor(settings.max_concurrent_queries, thread_name_prefix="corpusgraph-query")
+    # Loading runs beside the server rather than before it, so probes see 503 while it runs.
+    loader = asyncio.create_task(asyncio.to_thread(holder.load, app.state.engine_factory, settings))
+    try:
+        yield
+    finally:
+        # A load still in progress cannot be interrupted (it is a thread); wait for it, so that
+        # a model server it started is stopped below rather than left running.
+        await loader
+        # Questions still queued are dropped; a running one keeps its thread until it returns.
+        app.state.executor.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(holder.close)
+
+
+def create_app(settings: ServiceSettings, engine_factory: EngineFactory | None = None) -> FastAPI:
+    """The service for `settings`.
+
+    engine_factory(settings) returns a QueryEngine, or a context manager yielding one (released
+    at shutdown). It is called once, after start-up; the default opens the index and model the
+    config names, starting the embedded model server when `llm.backend` is "embedded".
+    """
+    app = FastAPI(title="corpusgraph", version=_version(), description=_DESCRIPTION, lifespan=_lifespan)
+    app.state.settings = settings
+    app.state.engine_factory = engine_factory or default_engine_factory
+    app.state.engine = EngineHolder()
+    app.include_router(health.router)
+    app.include_router(query.build_router(settings))
+    if not settings.api_keys:
+        log.warning("no API keys configured: anyone who can reach this service can query it (local use only)")
+    return app

@@ -1,0 +1,1 @@
+"""One router per concern: health and readiness, and questions."""

@@ -1,0 +1,59 @@
+"""Liveness and readiness, for load balancers and Kubernetes probes.
+
+/healthz says the process answers; /readyz says whether it can answer questions yet. Neither
+needs an API key: probes carry none, and neither shows anything from the corpus.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from serving.deps import get_holder
+from serving.engine import EngineHolder
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["health"])
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Literal["loading", "ready", "failed"]
+    tables: dict[str, int] = Field(default_factory=dict, description="Rows loaded, by Delta table name.")
+    report_levels: list[int] = Field(default_factory=list, description="Community levels that have reports.")
+    load_seconds: float | None = None
+    error: str | None = Field(None, description="Why loading failed; the log has the traceback.")
+
+
+@router.get("/healthz", response_model=Health, summary="The process is up")
+async def healthz() -> Health:
+    return Health()
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    summary="The index is loaded and questions can be answered",
+    responses={503: {"model": Readiness, "description": "Still loading, or loading failed"}},
+)
+async def readyz(holder: EngineHolder = Depends(get_holder)):
+    store = getattr(holder.engine, "store", None)
+    body = Readiness(
+        status=holder.status,
+        tables=holder.table_counts(),
+        report_levels=store.report_levels() if store is not None else [],
+        load_seconds=holder.load_seconds,
+        error=holder.error,
+    )
+    if holder.engine is None:
+        # Retry-After only while loading: a failed load does not fix itself.
+        headers = {"Retry-After": "5"} if holder.status == "loading" else None
+        return JSONResponse(body.model_dump(), status_code=503, headers=headers)
+    return body

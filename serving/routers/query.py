@@ -1,0 +1,108 @@
+"""POST /v1/query: one question in, one `Answer` out (DESIGN.md section 6).
+
+The request model is built per app from the settings, so the limits a deployment sets
+(question length, top_k) are enforced as 422s by validation and shown in the OpenAPI schema.
+The engine's `ask` is blocking (FAISS, numpy, HTTP to the model); it runs on the app's worker
+threads so the event loop keeps serving /readyz and other callers meanwhile.
+"""
+
+# No `from __future__ import annotations` here: FastAPI resolves a route's string annotations
+# in module globals, and QueryRequest is local to build_router.
+import asyncio
+import copy
+import functools
+from typing import Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from corpusgraph.query.answer import Answer
+from corpusgraph.query.engine import METHODS, QueryEngine
+from corpusgraph.query.store import IndexMissingError
+from serving.deps import get_engine, get_settings, require_api_key
+from serving.settings import ServiceSettings
+
+__all__ = ["build_router"]
+
+# A tuple subscript spreads into the literal's values, so the engine's METHODS stay the one list.
+Method = Literal[METHODS]  # type: ignore[valid-type]
+
+
+class Problem(BaseModel):
+    detail: str
+
+
+def build_router(settings: ServiceSettings) -> APIRouter:
+    router = APIRouter(tags=["query"])
+
+    class QueryRequest(BaseModel):
+        # Unknown fields are refused: a misspelt "mehtod" would otherwise silently mean "auto".
+        model_config = ConfigDict(extra="forbid")
+
+        question: str = Field(..., min_length=1, max_length=settings.max_question_chars,
+                              description="The question, in plain language.")
+        method: Method = Field("auto", description="auto lets a rule-based router choose and say why.")
+        level: int | None = Field(None, ge=0, description="Community level for global search (the cost dial); "
+                                  "default from the config.")
+        top_k: int | None = Field(None, ge=1, le=settings.max_top_k,
+                                  description="Text units (basic) or seed entities (local) to retrieve; "
+                                  "default from the config.")
+
+        @field_validator("question")
+        @classmethod
+        def _not_blank(cls, value: str) -> str:
+            if not value.strip():
+                raise ValueError("the question is empty")
+            return value
+
+    @router.post(
+        "/v1/query",
+        response_model=Answer,
+        summary="Answer a question with citations",
+        dependencies=[Depends(require_api_key)],
+        responses={
+            400: {"model": Problem, "description": "The engine refused the question"},
+            401: {"model": Problem, "description": "Missing or wrong API key (only when keys are set)"},
+            503: {"model": Problem, "description": "The index is still loading, or failed to load"},
+            504: {"model": Problem, "description": "No answer within the service's request_timeout_s"},
+        },
+    )
+    async def query(
+        body: QueryRequest,
+        request: Request,
+        engine: QueryEngine = Depends(get_engine),
+        settings: ServiceSettings = Depends(get_settings),
+    ) -> Answer:
+        """The answer, the method used (and why, for auto), citations down to text units and
+        documents, tokens and dollars. A model failure is reported in `error`, with whatever the
+        method could still say: the same Answer the CLI prints."""
+        if body.top_k is not None:
+            engine = _with_top_k(engine, body.top_k)
+        call = functools.partial(engine.ask, body.question, method=body.method, level=body.level)
+        work = asyncio.get_running_loop().run_in_executor(request.app.state.executor, call)
+        try:
+            return await asyncio.wait_for(work, settings.request_timeout_s)
+        except asyncio.TimeoutError:
+            # A question still queued is cancelled; one already running cannot be stopped
+            # (it is a thread) and finishes in the background, its answer dropped.
+            raise HTTPException(
+                504,
+                detail=f"no answer within {settings.request_timeout_s:g} s (the service's request_timeout_s); "
+                "the model may be busy: retry later, or ask with method basic or local, which make one LLM call",
+            ) from None
+        except IndexMissingError as exc:
+            raise HTTPException(503, detail=str(exc)) from exc
+        except ValueError as exc:  # the engine's own checks, e.g. a level it cannot use
+            raise HTTPException(400, detail=str(exc)) from exc
+
+    return router
+
+
+def _with_top_k(engine: QueryEngine, top_k: int) -> QueryEngine:
+    """The engine with a per-request top_k: a shallow copy, so the store, model and prompts are
+    shared and the engine other requests use is untouched."""
+    section = engine.section.model_validate({**engine.section.model_dump(), "top_k_units": top_k,
+                                             "top_k_entities": top_k})
+    scoped = copy.copy(engine)
+    scoped.section = section
+    return scoped

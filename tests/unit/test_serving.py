@@ -1,0 +1,385 @@
+"""The query service over the tiny Saltreach index with a scripted model (query_fixtures.py).
+
+Most tests drive the app in-process with TestClient, which runs the lifespan; one runs it
+under uvicorn on a free localhost port and talks real HTTP to it with httpx.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from corpusgraph.config import Config
+from tests.unit.query_fixtures import DOCS, REPO, ScriptedChat, build_tiny_index, make_engine
+
+pytestmark = pytest.mark.unit
+
+LIVE_DOCS = set(DOCS) - {"d9"}  # d9 is marked deleted in the fixture and must never be cited
+QUESTION = "Who taught Tobin Hale?"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return build_tiny_index(tmp_path_factory.mktemp("index"))
+
+
+@pytest.fixture(scope="module")
+def store(built):
+    from corpusgraph.query.store import IndexStore
+
+    return IndexStore(*built)
+
+
+class SlowChat(ScriptedChat):
+    def __init__(self, seconds: float, **kw):
+        super().__init__(**kw)
+        self.seconds = seconds
+
+    def complete(self, requests):
+        time.sleep(self.seconds)
+        return super().complete(requests)
+
+
+class CountingFactory:
+    """An engine factory that counts its calls; optionally waits for `gate` before returning."""
+
+    def __init__(self, engine, gate: threading.Event | None = None):
+        self.engine = engine
+        self.gate = gate
+        self.calls = 0
+
+    def __call__(self, settings):
+        self.calls += 1
+        if self.gate is not None:
+            assert self.gate.wait(30), "test never opened the gate"
+        return self.engine
+
+
+def settings(**kw):
+    from serving import ServiceSettings
+
+    return ServiceSettings(config=Config(), **kw)
+
+
+def wait_ready(client, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = client.get("/readyz")
+        if r.status_code == 200 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.02)
+
+
+@contextmanager
+def running(store, chat=None, engine_factory=None, **kw):
+    """A TestClient over a started app whose engine is loaded; yields (client, factory)."""
+    from serving import create_app
+
+    factory = engine_factory or CountingFactory(make_engine(store, chat or ScriptedChat("Mara Voss [R1].")))
+    with TestClient(create_app(settings(**kw), engine_factory=factory)) as client:
+        assert wait_ready(client).status_code == 200
+        yield client, factory
+
+
+# -- start-up and readiness --------------------------------------------------------------------
+
+
+def test_ready_after_start_up_and_the_engine_is_built_once(store):
+    with running(store) as (client, factory):
+        ready = client.get("/readyz").json()
+        assert ready["status"] == "ready" and ready["error"] is None
+        assert ready["tables"] == {"documents": 8, "text_units": 8, "entities": 8, "relationships": 10,
+                                   "claims": 1, "communities": 6, "community_reports": 5}
+        assert ready["report_levels"] == [0, 1]
+        for method in ("basic", "local", "global", "auto"):
+            assert client.post("/v1/query", json={"question": QUESTION, "method": method}).status_code == 200
+        assert factory.calls == 1
+
+
+def test_not_ready_while_the_engine_loads(store):
+    from serving import create_app
+
+    gate = threading.Event()
+    factory = CountingFactory(make_engine(store, ScriptedChat()), gate=gate)
+    with TestClient(create_app(settings(), engine_factory=factory)) as client:
+        try:
+            assert client.get("/healthz").json() == {"status": "ok"}  # the process answers meanwhile
+            loading = client.get("/readyz")
+            assert loading.status_code == 503 and loading.json()["status"] == "loading"
+            assert loading.headers["retry-after"] == "5"
+            early = client.post("/v1/query", json={"question": QUESTION})
+            assert early.status_code == 503 and "still loading" in early.json()["detail"]
+        finally:
+            gate.set()
+        assert wait_ready(client).status_code == 200
+
+
+def test_a_failed_load_is_reported_not_hidden(tmp_path):
+    from corpusgraph.query.store import IndexStore
+    from serving import create_app
+
+    def factory(_settings):
+        return IndexStore(str(tmp_path / "nowhere"), str(tmp_path / "faiss"))  # raises IndexMissingError
+
+    with TestClient(create_app(settings(), engine_factory=factory)) as client:
+        deadline = time.monotonic() + 30
+        while (body := client.get("/readyz").json())["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert body["status"] == "failed" and "corpusgraph index" in body["error"]
+        answer = client.post("/v1/query", json={"question": QUESTION})
+        assert answer.status_code == 503 and "failed to load" in answer.json()["detail"]
+
+
+def test_a_context_manager_factory_is_released_at_shutdown(store):
+    from serving import create_app
+
+    events = []
+
+    @contextmanager
+    def factory(_settings):
+        events.append("open")
+        yield make_engine(store, ScriptedChat())
+        events.append("close")
+
+    with TestClient(create_app(settings(), engine_factory=factory)) as client:
+        assert wait_ready(client).status_code == 200
+        assert events == ["open"]
+    assert events == ["open", "close"]
+
+
+def test_default_factory_opens_the_configured_index(built, tmp_path):
+    """The real factory (config file, IndexStore, MiniLM, HTTP chat model), with no model server:
+    the openai backend is pointed at a port nothing listens on and is never called."""
+    from serving import ServiceSettings, create_app
+
+    wh, index_dir = built
+    overrides = {"storage.warehouse": wh, "storage.index_dir": index_dir, "storage.cache_dir": str(tmp_path),
+                 "llm.backend": "openai", "llm.api_base": "http://127.0.0.1:9/v1"}
+    app = create_app(ServiceSettings(config_path=str(REPO / "conf" / "local.yaml"), config_overrides=overrides))
+    with TestClient(app) as client:
+        ready = wait_ready(client, timeout_s=120)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["tables"]["documents"] == 8
+        assert client.app.state.engine.engine.chat.base_url == "http://127.0.0.1:9/v1"
+
+
+# -- answers -------------------------------------------------------------------------------------
+
+
+def test_query_returns_the_answer_with_citations_from_the_index(store):
+    with running(store) as (client, _):
+        r = client.post("/v1/query", json={"question": QUESTION, "method": "local"})
+        assert r.status_code == 200
+        body = r.json()
+        assert body["answer"] == "Mara Voss [R1]." and body["method"] == "local" and body["error"] is None
+        assert body["citations"] and {c["doc_id"] for c in body["citations"]} <= LIVE_DOCS
+        assert set(body["citations"][0]) == {"unit_id", "doc_id", "source_uri", "title"}
+        assert body["citations"][0]["source_uri"].startswith("file:///corpus/")
+        assert (body["llm_calls"], body["tokens_in"], body["tokens_out"]) == (1, 100, 10)
+        assert body["usd"] == pytest.approx(0.12) and body["route_reason"] is None
+
+        routed = client.post("/v1/query", json={"question": "Who founded the Lumen Guild?"}).json()
+        assert routed["method"] == "local" and "Lumen Guild" in routed["route_reason"]
+
+
+def test_top_k_applies_to_one_request_only(store):
+    with running(store) as (client, factory):
+        one = client.post("/v1/query", json={"question": "copper mines", "method": "basic", "top_k": 1}).json()
+        default = client.post("/v1/query", json={"question": "copper mines", "method": "basic"}).json()
+        assert len(one["citations"]) == 1 and len(default["citations"]) == 5  # QuerySection's top_k_units
+        assert factory.engine.section.top_k_units == 5
+
+
+def test_the_engine_refusing_a_question_is_a_400(store):
+    class Refusing:
+        store = None
+
+        def ask(self, question, method="auto", level=None):
+            raise ValueError("level 7 is not a level of this index")
+
+    with running(store, engine_factory=lambda _settings: Refusing()) as (client, _):
+        r = client.post("/v1/query", json={"question": QUESTION, "level": 7})
+        assert r.status_code == 400 and r.json() == {"detail": "level 7 is not a level of this index"}
+
+
+# -- validation, auth, timeout ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"question": ""}, "question"),
+        ({"question": "   "}, "question"),
+        ({"question": "x" * 3000}, "question"),
+        ({}, "question"),
+        ({"question": QUESTION, "method": "drift"}, "method"),
+        ({"question": QUESTION, "level": -1}, "level"),
+        ({"question": QUESTION, "top_k": 51}, "top_k"),
+        ({"question": QUESTION, "mehtod": "local"}, "mehtod"),
+    ],
+)
+def test_bad_requests_are_422_naming_the_field(store, body, field):
+    with running(store) as (client, _):
+        r = client.post("/v1/query", json=body)
+        assert r.status_code == 422
+        assert [e["loc"] for e in r.json()["detail"]] == [["body", field]]
+
+
+def test_the_question_limit_comes_from_the_settings(store):
+    with running(store, max_question_chars=20) as (client, _):
+        r = client.post("/v1/query", json={"question": "x" * 21})
+        assert r.status_code == 422 and "at most 20 characters" in r.json()["detail"][0]["msg"]
+        assert client.get("/openapi.json").json()["components"]["schemas"]["QueryRequest"]["properties"][
+            "question"]["maxLength"] == 20
+
+
+@pytest.mark.parametrize(
+    "headers, status",
+    [
+        ({}, 401),
+        ({"Authorization": "Bearer nope"}, 401),
+        ({"X-API-Key": "nope"}, 401),
+        ({"Authorization": "Basic k1"}, 401),
+        ({"Authorization": "Bearer k2"}, 200),
+        ({"X-API-Key": "k1"}, 200),
+    ],
+)
+def test_api_keys(store, headers, status):
+    with running(store, api_keys=["k1", "k2"]) as (client, _):
+        r = client.post("/v1/query", json={"question": QUESTION}, headers=headers)
+        assert r.status_code == status
+        if status == 401:
+            assert "Authorization: Bearer" in r.json()["detail"] and r.headers["www-authenticate"] == "Bearer"
+        assert client.get("/readyz").status_code == 200  # probes carry no key
+    assert "k1" not in repr(settings(api_keys=["k1"]))  # keys stay out of logs
+
+
+def test_a_slow_answer_is_a_504_and_the_service_stays_responsive(store):
+    with running(store, chat=SlowChat(2.0), request_timeout_s=0.1) as (client, _):
+        begin = time.monotonic()
+        r = client.post("/v1/query", json={"question": QUESTION, "method": "basic"})
+        assert r.status_code == 504 and "request_timeout_s" in r.json()["detail"]
+        assert time.monotonic() - begin < 1.5  # answered at the timeout, not when the model finished
+        assert client.get("/healthz").status_code == 200
+
+
+def test_docs_and_openapi_are_served(store):
+    with running(store) as (client, _):
+        docs = client.get("/docs")
+        assert docs.status_code == 200 and "swagger" in docs.text.lower()
+        spec = client.get("/openapi.json").json()
+        assert {"/v1/query", "/healthz", "/readyz"} <= set(spec["paths"])
+        assert spec["components"]["schemas"]["QueryRequest"]["properties"]["method"]["enum"] == [
+            "basic", "local", "global", "auto"]
+        assert {"unit_id", "doc_id", "source_uri", "title"} <= set(spec["components"]["schemas"]["Citation"]["properties"])
+
+
+# -- real HTTP ---------------------------------------------------------------------------------------
+
+
+@contextmanager
+def serve_in_thread(app):
+    """The app under uvicorn on a socket we bound to a free port (so no race for the port)."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def test_under_uvicorn_over_real_http(store):
+    from serving import create_app
+
+    closed = []
+
+    @contextmanager
+    def factory(_settings):
+        yield make_engine(store, SlowChat(1.5, answer="Mara Voss [R1]."))
+        closed.append(True)
+
+    app = create_app(settings(api_keys=["secret"]), engine_factory=factory)
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+        assert wait_ready(http).status_code == 200
+        assert http.post("/v1/query", json={"question": QUESTION}).status_code == 401
+
+        # A question in flight holds a worker thread, not the event loop: /healthz answers meanwhile.
+        results = {}
+
+        def ask_one():
+            results["r"] = http.post("/v1/query", json={"question": QUESTION, "method": "local"},
+                                     headers={"Authorization": "Bearer secret"})
+            results["answered"] = time.monotonic()
+
+        ask = threading.Thread(target=ask_one)
+        ask.start()
+        time.sleep(0.2)
+        assert http.get("/healthz").status_code == 200
+        healthy = time.monotonic()
+        ask.join(30)
+        assert healthy < results["answered"] - 0.5  # not held up behind the 1.5 s answer
+
+        r = results["r"]
+        assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+        assert {c["doc_id"] for c in r.json()["citations"]} <= LIVE_DOCS and r.json()["citations"]
+    assert closed == [True]  # the lifespan released the engine when uvicorn stopped
+
+
+# -- packaging and the command -------------------------------------------------------------------------
+
+
+def test_serving_never_imports_pyspark_and_imports_lazily():
+    code = (
+        "import sys, serving, serving.cli_serve; "
+        "assert 'fastapi' not in sys.modules and 'uvicorn' not in sys.modules; "
+        "from corpusgraph.config import Config; "
+        "serving.create_app(serving.ServiceSettings(config=Config())); "
+        "assert 'pyspark' not in sys.modules, 'serving imported pyspark'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
+
+
+def test_serve_command_builds_settings_and_runs_uvicorn(monkeypatch, tmp_path, capsys):
+    import argparse
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from serving.cli_serve import add_serve_command
+
+    keys = tmp_path / "keys"
+    keys.write_text("# one per line\nfrom-file\n\n")
+    parser = argparse.ArgumentParser(prog="corpusgraph")
+    add_serve_command(parser.add_subparsers(dest="command"), config_loader=lambda args: Config())
+    args = parser.parse_args(["serve", "--host", "0.0.0.0", "--port", "9000", "--api-key", "a",
+                              "--api-key-file", str(keys), "--timeout", "5"])
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app, **kw))
+    assert args.func(args) == 0
+    assert isinstance(seen["app"], FastAPI) and (seen["host"], seen["port"]) == ("0.0.0.0", 9000)
+    chosen = seen["app"].state.settings
+    assert chosen.key_values() == ["a", "from-file"] and chosen.request_timeout_s == 5
+    assert chosen.max_concurrent_queries == 4  # unset options keep the settings' defaults
+
+    args = parser.parse_args(["serve", "--host", "0.0.0.0"])
+    args.func(args)
+    assert "no API key" in capsys.readouterr().err
