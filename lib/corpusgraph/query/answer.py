@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult
+from corpusgraph.prompts import render
 from corpusgraph.tokens import count_tokens, truncate_tokens
 
 __all__ = [
@@ -83,16 +84,10 @@ def format_answer(answer: Answer) -> str:
     return "\n".join(lines)
 
 
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
 def fill_prompt(template: str, **values: object) -> str:
-    """Replace `{name}` for the names given and nothing else.
-
-    str.format would choke on the braces of a JSON example in the template and would expand
-    braces inside the substituted data; one regex pass over the template does neither.
-    """
-    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), template)
+    """Fill a query prompt; the one placeholder rule of corpusgraph.prompts (a missing value is
+    an error, braces in the data are safe)."""
+    return render(template, **values)
 
 
 def fit_budget(text: str, budget: int) -> str:

@@ -12,6 +12,8 @@ import logging
 import re
 from dataclasses import replace
 from pathlib import Path
+
+from corpusgraph.prompts import load_prompt
 from typing import Sequence
 
 from corpusgraph.config import QuerySection
@@ -75,7 +77,7 @@ def _load_prompt(prompts_dir: Path, relative: str) -> str:
     # that passes the prompts folder itself is served by the file name alone.
     for path in (prompts_dir / relative, prompts_dir / Path(relative).name):
         if path.is_file():
-            return path.read_text(encoding="utf-8")
+            return load_prompt(path).template
     raise FileNotFoundError(f"prompt file {relative!r} not found under {prompts_dir}")
 
 
