@@ -209,11 +209,13 @@ def test_bad_method_raises(store):
 # -- pure helpers ----------------------------------------------------------------------------
 
 
-def test_fill_prompt_only_replaces_known_names():
+def test_fill_prompt_leaves_json_and_data_braces_alone_and_refuses_missing_values():
     from corpusgraph.query.answer import fill_prompt
 
-    out = fill_prompt('{"points": []} {question} {other}', question="why {context}?")
-    assert out == '{"points": []} why {context}? {other}'
+    out = fill_prompt('{"points": []} {question}', question="why {context}?")
+    assert out == '{"points": []} why {context}?'
+    with pytest.raises(KeyError, match="other"):  # a prompt naming a value the code never fills
+        fill_prompt("{question} {other}", question="q")
 
 
 def test_format_answer_lists_numbered_citations():
