@@ -9,7 +9,7 @@ STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 CONF ?= conf/local.yaml
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars test test-unit test-spark test-e2e index query bench clean
+.PHONY: setup jars test test-unit test-spark test-e2e index query bench bench-llm clean
 setup: $(STAMP) jars/.complete
 
 $(STAMP): pyproject.toml
@@ -49,6 +49,11 @@ test-e2e: setup
 
 bench: setup
 	$(PYTEST) tests/benchmarks -m slow -s
+
+# LLM throughput against a fixed-latency test server (8/64/256 slots); writes
+# tests/benchmarks/results/llm_capacity.json.
+bench-llm: setup
+	$(PYTEST) tests/benchmarks/test_llm_capacity.py -m slow -s
 
 clean:
 	rm -rf work .pytest_cache

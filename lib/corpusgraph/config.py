@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["Config", "load_config", "ConfigError"]
 
@@ -51,15 +51,46 @@ class LLMSection(_Section):
         "poor graphs). openai: any OpenAI-compatible endpoint (vllm serve, OpenAI, llama.cpp, Ollama).",
     )
     model: str = Field("smollm2", description="Model name sent to the endpoint; part of every cache key.")
-    api_base: str | None = Field(None, description="Endpoint base URL ending in /v1; unused for embedded.")
+    api_base: str | None = Field(None, description="Endpoint base URL ending in /v1; unused for embedded. "
+                                 "Shorthand for a one-element api_bases.")
+    api_bases: list[str] = Field(
+        default_factory=list,
+        description="Several endpoints (e.g. one vLLM server per GPU node), all serving `model`; each request "
+        "goes to the one with the fewest requests in flight, and one that refuses connections is avoided "
+        "for a short backoff. Set this or api_base, not both; unused for embedded.",
+    )
     api_key: str | None = Field(None, description="Bearer key; use ${VAR} in YAML, never a literal secret.")
     n_ctx: int = Field(4096, description="Context window of the embedded server.")
-    concurrency: int = Field(2, ge=1, description="Requests in flight per worker actor.")
+    concurrency: int = Field(2, ge=1, description="Requests in flight per worker actor (over all its endpoints); "
+                             "the cluster keeps concurrency x ray.actors in flight.")
+    max_in_flight_per_endpoint: int | None = Field(
+        None, ge=1,
+        description="Cap on requests in flight to any one endpoint, per worker actor (per process); the cap a "
+        "server sees is this x ray.actors. null: only `concurrency` applies.",
+    )
+    tokens_per_minute: int | None = Field(
+        None, ge=1,
+        description="Token budget per endpoint per minute, per worker actor (per process): each request is "
+        "charged its estimated prompt tokens + max_tokens, corrected by the reported usage. The budget a "
+        "server sees is this x ray.actors. null: no budget.",
+    )
     timeout_s: float = Field(180.0, gt=0, description="Per-request timeout.")
     max_retries: int = Field(3, ge=0, description="Retries on 429, 5xx and timeouts, with backoff and jitter.")
     temperature: float = Field(0.0, ge=0.0, description="Sampling temperature; 0 keeps runs repeatable.")
     usd_per_1k_in: float = Field(0.0, ge=0.0, description="Price of 1,000 input tokens (0 for local models).")
     usd_per_1k_out: float = Field(0.0, ge=0.0, description="Price of 1,000 output tokens.")
+
+    @model_validator(mode="after")
+    def _one_way_to_name_endpoints(self) -> "LLMSection":
+        if self.api_base and self.api_bases:
+            raise ValueError("set llm.api_base (one endpoint) or llm.api_bases (several), not both")
+        if len(set(self.api_bases)) != len(self.api_bases) or not all(u.strip() for u in self.api_bases):
+            raise ValueError("llm.api_bases must list distinct, non-empty URLs")
+        return self
+
+    def endpoint_urls(self) -> list[str]:
+        """The configured endpoints: api_bases, or api_base alone (empty when neither is set)."""
+        return list(self.api_bases) if self.api_bases else ([self.api_base] if self.api_base else [])
 
 
 class EmbeddingSection(_Section):

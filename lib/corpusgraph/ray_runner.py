@@ -8,6 +8,7 @@ Delta. Usage is counted from the output rows, so it is right however many actors
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -47,8 +48,24 @@ def init_ray(section: RaySection) -> None:
     ctx.verbose_stats_logs = False
 
 
+# Rows per block, in batches: small enough that a hand-off of one Parquet file (Spark writes
+# one when adaptive execution coalesces a small pending set, and Ray reads a file as one
+# block) still spreads over every actor; two batches so a block is worth a Ray task.
+_BATCHES_PER_BLOCK = 2
+# Blocks an actor works on at once. With the async __call__ each block's batches overlap too;
+# two blocks keep requests queued for the client while one block's last answers come in.
+_BLOCKS_PER_ACTOR = 2
+
+
 class _LLMWorker:
-    """One actor: one chat client, reused for every batch it gets."""
+    """One actor: one chat client, reused for every batch it gets.
+
+    `__call__` is a coroutine, so Ray Data runs it on the actor's event loop and overlaps
+    batches (up to 4 per block, and _BLOCKS_PER_ACTOR blocks): while one batch waits for its
+    slowest answers the next one's requests are already queued. The client's own limits
+    (llm.concurrency and the per-endpoint ones) hold across all of them, so the actor keeps
+    `concurrency` requests in flight across batch boundaries, never more.
+    """
 
     def __init__(self, task: LLMTask, llm: LLMSection, cache_dir: str, base_url: str | None):
         from .llm.factory import open_chat_model
@@ -57,9 +74,14 @@ class _LLMWorker:
         self.chat = open_chat_model(llm, cache_dir, base_url=base_url)
         self.schema = pa.schema(list(task.output_schema) + [pa.field(n, t) for n, t in _META])
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
+    async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
-        results = self.chat.complete(self.task.requests(rows))
+        requests = self.task.requests(rows)
+        acomplete = getattr(self.chat, "acomplete", None)
+        if acomplete is not None:
+            results = await acomplete(requests)
+        else:  # a client without an async API: keep the loop free for the other batches
+            results = await asyncio.to_thread(self.chat.complete, requests)
         out = self.task.outputs(rows, results)
         for row, res in zip(out, results):
             row.update(llm_cached=res.cached, llm_failed=res.error is not None, llm_seconds=res.seconds,
@@ -81,14 +103,19 @@ def run_llm_task(
     import ray
 
     init_ray(ray_section)
-    batch = max(8, llm.concurrency * 4)  # enough rows per call to keep `concurrency` requests busy
+    # A batch of `concurrency` rows fills the actor's slots once; the overlap of batches and
+    # blocks (see _LLMWorker) queues the next ones behind it.
+    batch = max(8, llm.concurrency)
     ds = ray.data.read_parquet(in_path)
+    # Streaming (no barrier): only blocks larger than this are cut.
+    ds = ds.repartition(target_num_rows_per_block=batch * _BATCHES_PER_BLOCK)
     ds = ds.map_batches(
         _LLMWorker,
         fn_constructor_kwargs={"task": task, "llm": llm, "cache_dir": cache_dir, "base_url": base_url},
         batch_size=batch,
         batch_format="pyarrow",
-        concurrency=ray_section.actors,
+        compute=ray.data.ActorPoolStrategy(size=ray_section.actors,
+                                           max_concurrent_calls_per_actor=_BLOCKS_PER_ACTOR),
         # The actors wait on HTTP; the model server, not Ray, owns the CPUs.
         num_cpus=0.25,
     )

@@ -24,7 +24,10 @@ def open_chat_model(llm: LLMSection, cache_dir: str | Path, base_url: str | None
 
     embedded: `base_url` is the running EmbeddedServer's; the server is started by the driver,
     not here, so every Ray actor talks to the one process over HTTP.
-    openai: the endpoint and key come from the config section; `base_url` overrides the endpoint.
+    openai: the endpoints (api_base or api_bases) and key come from the config section;
+    `base_url` overrides them with that one endpoint.
+    The concurrency, per-endpoint and tokens-per-minute limits hold per returned client, i.e.
+    per process (per Ray actor).
     """
     cache = ResponseCache(Path(cache_dir) / CACHE_FILE)
     common = dict(
@@ -33,16 +36,18 @@ def open_chat_model(llm: LLMSection, cache_dir: str | Path, base_url: str | None
         timeout_s=llm.timeout_s,
         max_retries=llm.max_retries,
         cache=cache,
+        max_in_flight_per_endpoint=llm.max_in_flight_per_endpoint,
+        tokens_per_minute=llm.tokens_per_minute,
     )
     if llm.backend == "embedded":
         if not base_url:
             raise ValueError("llm.backend 'embedded' needs the base_url of a running EmbeddedServer")
         return OpenAIChatModel(base_url=base_url, api_key=None, schema_style="llama_cpp", **common)
     if llm.backend == "openai":
-        url = base_url or llm.api_base
-        if not url:
-            raise ValueError("llm.backend 'openai' needs llm.api_base (an endpoint ending in /v1)")
-        return OpenAIChatModel(base_url=url, api_key=llm.api_key, schema_style="openai", **common)
+        urls = [base_url] if base_url else llm.endpoint_urls()
+        if not urls:
+            raise ValueError("llm.backend 'openai' needs llm.api_base or llm.api_bases (endpoints ending in /v1)")
+        return OpenAIChatModel(base_url=urls, api_key=llm.api_key, schema_style="openai", **common)
     raise ValueError(f"unknown llm.backend {llm.backend!r}")
 
 

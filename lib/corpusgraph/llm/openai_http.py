@@ -1,15 +1,19 @@
 """A ChatModel for any OpenAI-compatible chat endpoint (vllm serve, OpenAI, llama.cpp, Ollama).
 
-All retry, backoff, concurrency and caching policy lives here, in one place (STYLE.md item 8).
-Every request of a batch ends as exactly one ChatResult, in input order; nothing a single
-request does (a 400, a hang, a garbage body) raises out of `complete`.
+All retry, backoff and caching policy lives here, in one place (STYLE.md item 8); where each
+attempt goes and when it may go (concurrency, per-endpoint limits, tokens per minute, failover)
+is the EndpointPool's (endpoints.py). Every request of a batch ends as exactly one ChatResult,
+in input order; nothing a single request does (a 400, a hang, a garbage body) raises out of
+`complete`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import random
+import ssl
 import threading
 import time
 from typing import Any, Literal, Sequence
@@ -18,6 +22,8 @@ import httpx
 
 from corpusgraph.llm.base import ChatRequest, ChatResult
 from corpusgraph.llm.cache import ResponseCache, cache_key
+from corpusgraph.llm.connections import ClientSet, LoopClients
+from corpusgraph.llm.endpoints import EndpointPool, Lease, estimate_tokens
 
 __all__ = ["OpenAIChatModel", "SchemaStyle"]
 
@@ -29,11 +35,18 @@ _RETRY_AFTER_CAP_S = 120.0
 
 
 class _Retryable(Exception):
-    """A failure worth another try; `wait_s` is the server's Retry-After when it gave one."""
+    """A failure worth another try; `wait_s` is the server's Retry-After when it gave one.
 
-    def __init__(self, reason: str, wait_s: float | None = None) -> None:
+    unreachable: the endpoint could not be connected to (the pool then steers traffic away).
+    used_tokens: what the attempt cost on the server, as EndpointPool.release takes it.
+    """
+
+    def __init__(self, reason: str, wait_s: float | None = None, unreachable: bool = False,
+                 used_tokens: int | None = 0) -> None:
         super().__init__(reason)
         self.wait_s = wait_s
+        self.unreachable = unreachable
+        self.used_tokens = used_tokens
 
 
 class _Fatal(Exception):
@@ -41,10 +54,19 @@ class _Fatal(Exception):
 
 
 class OpenAIChatModel:
+    """A chat client over one endpoint or several (`base_url` a URL or a list of URLs).
+
+    Limits hold per instance, i.e. per process or Ray actor, across every batch and thread
+    that uses it: at most `concurrency` requests in flight in all, at most
+    `max_in_flight_per_endpoint` on each endpoint, and at most `tokens_per_minute` (estimated
+    prompt + max_tokens, corrected by the reported usage) sent to each endpoint a minute.
+    A cluster-wide limit is these times the number of actors.
+    """
+
     def __init__(
         self,
         model: str,
-        base_url: str,
+        base_url: str | Sequence[str],
         api_key: str | None = None,
         concurrency: int = 4,
         timeout_s: float = 180.0,
@@ -53,13 +75,20 @@ class OpenAIChatModel:
         schema_style: SchemaStyle = "openai",
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 20.0,
+        max_in_flight_per_endpoint: int | None = None,
+        tokens_per_minute: int | None = None,
     ) -> None:
         if schema_style not in ("openai", "llama_cpp"):
             raise ValueError(f"schema_style must be 'openai' or 'llama_cpp', not {schema_style!r}")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self.model = model
-        self.base_url = base_url.rstrip("/")
+        self.pool = EndpointPool(urls, max_in_flight=concurrency,
+                                 max_in_flight_per_endpoint=max_in_flight_per_endpoint,
+                                 tokens_per_minute=tokens_per_minute)
+        self.base_urls = self.pool.urls
+        self.base_url = self.base_urls[0]  # the only one, in the common single-endpoint case
         self.api_key = api_key
         self.concurrency = concurrency
         self.timeout_s = timeout_s
@@ -68,9 +97,11 @@ class OpenAIChatModel:
         self.schema_style = schema_style
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
+        self._http = LoopClients()
 
     def __repr__(self) -> str:  # no api_key: reprs end up in logs
-        return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r}, schema_style={self.schema_style!r})"
+        where = self.base_url if len(self.base_urls) == 1 else self.base_urls
+        return f"OpenAIChatModel(model={self.model!r}, base_url={where!r}, schema_style={self.schema_style!r})"
 
     # -- public API ----------------------------------------------------------------------------
     def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
@@ -100,7 +131,7 @@ class OpenAIChatModel:
         return box[0]
 
     async def acomplete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """The batch on the caller's loop: up to `concurrency` requests in flight."""
+        """The batch on the caller's loop; overlapping calls share the instance's limits."""
         requests = list(requests)
         keys = [self._key(r) for r in requests]
         hits: dict[str, dict] = {}
@@ -118,14 +149,11 @@ class OpenAIChatModel:
             else:
                 todo.append(i)
         if todo:
-            semaphore = asyncio.Semaphore(self.concurrency)
-            limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-            # A total budget per attempt; connect gets less so a dead host fails fast.
-            timeout = httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
-            async with httpx.AsyncClient(limits=limits, timeout=timeout, headers=self._headers()) as client:
-                done = await asyncio.gather(
-                    *(self._one(client, semaphore, requests[i], keys[i]) for i in todo)
-                )
+            clients = self._http.enter(self._new_client)
+            try:
+                done = await asyncio.gather(*(self._one(clients, requests[i], keys[i]) for i in todo))
+            finally:
+                await self._http.exit(clients)
             for i, res in zip(todo, done):
                 results[i] = res
         missing = [requests[i].id for i, r in enumerate(results) if r is None]
@@ -134,12 +162,10 @@ class OpenAIChatModel:
         return results  # type: ignore[return-value]
 
     # -- one request ---------------------------------------------------------------------------
-    async def _one(
-        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, req: ChatRequest, key: str
-    ) -> ChatResult:
+    async def _one(self, clients: ClientSet, req: ChatRequest, key: str) -> ChatResult:
         start = time.monotonic()
         try:
-            result = await self._with_retries(client, semaphore, req)
+            result = await self._with_retries(clients, req)
         except Exception as exc:  # the contract: one bad request never loses the batch
             result = ChatResult(id=req.id, text=None, error=f"unexpected {type(exc).__name__}: {exc}")
         result.seconds = time.monotonic() - start
@@ -156,21 +182,24 @@ class OpenAIChatModel:
                 pass  # the answer is still good; it will just be paid for again next run
         return result
 
-    async def _with_retries(
-        self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, req: ChatRequest
-    ) -> ChatResult:
+    async def _with_retries(self, clients: ClientSet, req: ChatRequest) -> ChatResult:
         body = self._body(req)
+        schema_chars = len(json.dumps(req.json_schema)) if req.json_schema is not None else 0
+        cost = estimate_tokens(req.messages, req.max_tokens, schema_chars)
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             try:
-                # The slot is held only while a request is on the wire, not while backing off.
-                async with semaphore:
-                    return await self._post(client, req, body)
+                # The lease is held only while a request is on the wire, not while backing off;
+                # each attempt may go to a different endpoint.
+                lease = await self.pool.acquire(cost)
+                return await self._attempt(clients.get(lease.url, lease.slot), lease, req, body)
             except _Fatal as exc:
                 return ChatResult(id=req.id, text=None, error=str(exc))
             except _Retryable as exc:
                 if attempt == attempts - 1:
                     return ChatResult(id=req.id, text=None, error=f"{exc} (gave up after {attempts} attempts)")
+                if exc.unreachable and self.pool.any_healthy():
+                    continue  # that endpoint is cooling now; another one can take it at once
                 await asyncio.sleep(self._delay(attempt, exc.wait_s))
         raise AssertionError("unreachable")
 
@@ -181,12 +210,38 @@ class OpenAIChatModel:
         # requests a rate limit rejected at the same moment.
         return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt))
 
-    async def _post(self, client: httpx.AsyncClient, req: ChatRequest, body: dict[str, Any]) -> ChatResult:
+    async def _attempt(self, client: httpx.AsyncClient, lease: Lease, req: ChatRequest,
+                       body: dict[str, Any]) -> ChatResult:
+        """One attempt on the leased endpoint; the lease goes back with what it cost."""
+        used: int | None = None
+        reachable = True
         try:
-            resp = await client.post(f"{self.base_url}/chat/completions", json=body)
+            result = await self._post(client, lease.url, req, body)
+            # No usage in the answer: keep the estimate charged rather than guess zero.
+            used = (result.tokens_in + result.tokens_out) or None
+            return result
+        except _Retryable as exc:
+            used, reachable = exc.used_tokens, not exc.unreachable
+            raise
+        except _Fatal:
+            used = 0  # refused before the model ran
+            raise
+        finally:
+            self.pool.release(lease, used, reachable)
+
+    async def _post(self, client: httpx.AsyncClient, base_url: str, req: ChatRequest,
+                    body: dict[str, Any]) -> ChatResult:
+        try:
+            resp = await client.post(f"{base_url}/chat/completions", json=body)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            # Only a failed connect marks the endpoint down: a dropped keep-alive connection
+            # (RemoteProtocolError, ReadError) happens to healthy servers too.
+            raise _Retryable(f"connection error: {type(exc).__name__}: {exc}", unreachable=True) from exc
         except httpx.TimeoutException as exc:
-            raise _Retryable(f"timeout after {self.timeout_s:g}s ({type(exc).__name__})") from exc
-        except httpx.TransportError as exc:  # refused, reset, protocol errors
+            # The server may have run the model before we gave up: its cost is unknown.
+            raise _Retryable(f"timeout after {self.timeout_s:g}s ({type(exc).__name__})",
+                             used_tokens=None) from exc
+        except httpx.TransportError as exc:  # reset, protocol errors
             raise _Retryable(f"connection error: {type(exc).__name__}: {exc}") from exc
         status = resp.status_code
         if status == 429 or status >= 500:
@@ -194,6 +249,12 @@ class OpenAIChatModel:
         if status != 200:
             raise _Fatal(f"HTTP {status}: {_server_message(resp)}")
         return _parse_completion(req.id, resp)
+
+    def _new_client(self, max_connections: int, tls: ssl.SSLContext) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        # A total budget per attempt; connect gets less so a dead host fails fast.
+        timeout = httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
+        return httpx.AsyncClient(limits=limits, timeout=timeout, headers=self._headers(), verify=tls)
 
     # -- building --------------------------------------------------------------------------------
     def _key(self, req: ChatRequest) -> str:
