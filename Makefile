@@ -9,7 +9,7 @@ STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 CONF ?= conf/local.yaml
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars test test-unit test-spark test-e2e index query bench bench-llm clean
+.PHONY: setup jars test test-unit test-spark test-e2e test-faults index query bench bench-llm clean
 setup: $(STAMP) jars/.complete
 
 $(STAMP): pyproject.toml
@@ -43,6 +43,10 @@ test-unit: setup
 
 test-spark: setup
 	$(PYTEST) tests -m spark
+
+# Kill a Ray worker, the model server, the driver mid-stage; reruns must pay for nothing twice.
+test-faults: setup
+	$(PYTEST) tests/ray/test_faults.py --timeout 1500
 
 test-e2e: setup
 	$(PYTEST) tests -m "e2e or llm"
