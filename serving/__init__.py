@@ -6,8 +6,9 @@ neither FastAPI nor the query engine. This package never imports pyspark.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from corpusgraph.lazy import lazy_exports
 
 __all__ = ["create_app", "ServiceSettings"]
 
@@ -21,13 +22,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from serving.settings import ServiceSettings
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, __all__)

@@ -6,8 +6,9 @@ the service and the CLI pay for those only when they open an index.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from corpusgraph.lazy import lazy_exports
 
 __all__ = ["IndexStore", "QueryEngine", "Answer", "Citation", "format_answer"]
 
@@ -25,13 +26,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from corpusgraph.query.store import IndexStore
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, __all__)
