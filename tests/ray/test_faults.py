@@ -231,9 +231,14 @@ def _wait_for(pred, what: str, limit_s: float = 300.0, poll_s: float = 0.05):
     raise AssertionError(f"never happened: {what}")
 
 
-def _assert_paid_once(delivered: list[str], clean_keys: set[str]):
+IN_FLIGHT = 2  # llm.concurrency x ray.actors in _overrides
+
+
+def _assert_paid_once(delivered: list[str], clean_keys: set[str], lost_in_transit: set[str] = frozenset()):
+    """No body is paid for twice, except answers that were on the wire when a process was
+    SIGKILLed (delivered by the server, never received or cached by the client)."""
     counts = collections.Counter(delivered)
-    twice = {k: n for k, n in counts.items() if n > 1}
+    twice = {k: n for k, n in counts.items() if n > 1 and k not in lost_in_transit}
     assert not twice, f"{len(twice)} request bodies were answered (paid for) more than once"
     assert set(counts) == clean_keys, "the crashed run and its rerun together paid for a different set of calls"
 
@@ -401,12 +406,18 @@ def test_killed_driver_then_rerun(clean, tmp_path):
     finally:
         server.kill()
     assert 0 < paid_before < clean["units"]
-    _assert_paid_once(server.delivered, clean["keys"])
+    # A SIGKILL can land after the server wrote an answer and before the client cached it: at
+    # most the requests in flight, and only the last answers delivered before the kill, may be
+    # paid again. Every answer that reached the cache is not.
+    repaid = {k for k, n in collections.Counter(server.delivered).items() if n > 1}
+    assert len(repaid) <= IN_FLIGHT, f"{len(repaid)} bodies paid twice; at most {IN_FLIGHT} were in flight"
+    assert repaid <= set(server.delivered[paid_first - IN_FLIGHT:paid_first]), "a cached answer was paid again"
+    _assert_paid_once(server.delivered, clean["keys"], lost_in_transit=repaid)
     assert _tables(over["storage.warehouse"]) == clean["tables"]
     runs = _runs(over["storage.warehouse"])
     assert sorted(runs.values()) == ["ok"], f"the killed driver recorded nothing: {runs}"
     (run_id,) = runs
     calls = _llm_calls(over["storage.warehouse"])[run_id]
-    assert calls["calls"] == clean["units"] - paid_first
-    assert calls["cache_hits"] == paid_first
+    assert calls["calls"] == clean["units"] - paid_first + len(repaid)
+    assert calls["cache_hits"] == paid_first - len(repaid)
     assert calls["errors"] == 0
