@@ -22,18 +22,6 @@ from tests.unit.query_fixtures import make_engine as engine
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return build_tiny_index(tmp_path_factory.mktemp("index"))
-
-
-@pytest.fixture(scope="module")
-def store(built):
-    from corpusgraph.query.store import IndexStore
-
-    return IndexStore(*built)
-
-
 # -- store ---------------------------------------------------------------------------------
 
 

@@ -26,18 +26,6 @@ LIVE_DOCS = set(DOCS) - {"d9"}  # d9 is marked deleted in the fixture and must n
 QUESTION = "Who taught Tobin Hale?"
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return build_tiny_index(tmp_path_factory.mktemp("index"))
-
-
-@pytest.fixture(scope="module")
-def store(built):
-    from corpusgraph.query.store import IndexStore
-
-    return IndexStore(*built)
-
-
 class SlowChat(ScriptedChat):
     def __init__(self, seconds: float, **kw):
         super().__init__(**kw)
