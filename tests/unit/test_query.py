@@ -16,7 +16,7 @@ import pytest
 
 from corpusgraph.config import QuerySection
 from corpusgraph.tokens import count_tokens
-from tests.unit.query_fixtures import REPO, ScriptedChat, build_tiny_index, fake_embed
+from tests.unit.query_fixtures import REPO, ScriptedChat, fake_embed
 from tests.unit.query_fixtures import make_engine as engine
 
 pytestmark = pytest.mark.unit

@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from corpusgraph.config import Config
-from tests.unit.query_fixtures import DOCS, REPO, ScriptedChat, build_tiny_index, make_engine
+from tests.unit.query_fixtures import DOCS, REPO, ScriptedChat, make_engine
 
 pytestmark = pytest.mark.unit
 
