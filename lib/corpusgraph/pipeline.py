@@ -20,7 +20,7 @@ from .config import Config
 from .delta_io import Warehouse
 from .llm.base import Usage
 
-__all__ = ["STAGES", "RunContext", "StageResult", "run_index", "format_summary"]
+__all__ = ["STAGES", "RunContext", "StageResult", "run_index", "run_steps", "format_summary"]
 
 
 @dataclass
@@ -94,12 +94,24 @@ STAGES: tuple[str, ...] = ("ingest", "chunk", "extract", "resolve", "communities
 
 
 def _record_run(ctx: RunContext, started: datetime, status: str) -> None:
+    """Upsert the run's `runs` row (and its llm_calls rows).
+
+    Called with "running" before the first stage, so a driver killed mid-run still leaves its
+    row (status running, no finish time), then again at the end. A run that finished but got
+    no answer for some requests (errors in any stage's usage) is "partial": a rerun pays only
+    for those.
+    """
     from pyspark.sql import Row
 
+    from .tables import spark_schema
+
+    if status == "ok" and any(r.usage is not None and r.usage.errors for r in ctx.results.values()):
+        status = "partial"
     counts = {name: {**r.rows, "seconds": round(r.seconds, 2)} for name, r in ctx.results.items()}
-    row = Row(run_id=ctx.run_id, kind=ctx.kind, config_hash=ctx.cfg.fingerprint(), started=started,
-              finished=datetime.now(timezone.utc), status=status, stage_counts=json.dumps(counts, sort_keys=True))
-    ctx.wh.merge("runs", ctx.spark.createDataFrame([row]))
+    row = dict(run_id=ctx.run_id, kind=ctx.kind, config_hash=ctx.cfg.fingerprint(), started=started,
+               finished=None if status == "running" else datetime.now(timezone.utc), status=status,
+               stage_counts=json.dumps(counts, sort_keys=True))
+    ctx.wh.merge("runs", ctx.spark.createDataFrame([row], spark_schema("runs")))
     calls = [
         Row(run_id=ctx.run_id, stage=name, calls=r.usage.calls, tokens_in=r.usage.tokens_in,
             tokens_out=r.usage.tokens_out, cache_hits=r.usage.cache_hits, errors=r.usage.errors,
@@ -119,14 +131,24 @@ def run_index(ctx: RunContext, stages: list[str] | None = None) -> dict[str, Sta
     unknown = [s for s in chosen if s not in registry]
     if unknown:
         raise ValueError(f"unknown stages {unknown}; known: {list(STAGES)}")
+    return run_steps(ctx, [(s, registry[s]) for s in STAGES if s in chosen])
+
+
+def run_steps(ctx: RunContext, ordered: list[tuple[str, Callable[[RunContext], StageResult]]]) -> dict[str, StageResult]:
+    """Run named steps in the given order, time and log them, and record the run (runs, llm_calls).
+
+    run_index passes registry stages; update.py passes its own sequence (incremental chunk and
+    communities around the same LLM steps), so both kinds of run are recorded the same way.
+    """
     started = datetime.now(timezone.utc)
     ctx.wh.ensure_all()
+    _record_run(ctx, started, "running")
     status = "failed"
     try:
-        for i, name in enumerate([s for s in STAGES if s in chosen], start=1):
-            ctx.log(f"stage {i}/{len(chosen)}: {name}")
+        for i, (name, step) in enumerate(ordered, start=1):
+            ctx.log(f"stage {i}/{len(ordered)}: {name}")
             t0 = time.perf_counter()
-            result = registry[name](ctx)
+            result = step(ctx)
             result.seconds = time.perf_counter() - t0
             if result.usage is not None:
                 result.usage.seconds = result.seconds

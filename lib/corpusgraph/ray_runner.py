@@ -9,6 +9,7 @@ Delta. Usage is counted from the output rows, so it is right however many actors
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -36,17 +37,36 @@ class LLMTask(Protocol):
 def init_ray(section: RaySection) -> None:
     import ray
 
-    if ray.is_initialized():
-        return
-    if section.address:
-        ray.init(address=section.address, ignore_reinit_error=True, log_to_driver=False)
-    else:
-        ray.init(num_cpus=section.num_cpus, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+    if not ray.is_initialized():
+        if section.address:
+            # host:port of a cluster this machine is a node of (a driver on the head, or under
+            # `ray.util.spark.setup_ray_cluster`); ray://host:10001 from elsewhere needs ray[client].
+            ray.init(address=section.address, ignore_reinit_error=True, log_to_driver=False)
+        else:
+            ray.init(num_cpus=section.num_cpus, include_dashboard=False, ignore_reinit_error=True,
+                     log_to_driver=False)
+    # Set on every call: a caller may have started Ray itself (the benchmark does).
     # Progress bars per operator with rate and ETA are Ray Data's own; keep them, drop the noise.
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = True
     ctx.verbose_stats_logs = False
+    # Ray 2.60's default Parquet reader (DataSource V2) starts with a file-listing task that
+    # always claims a whole CPU (no argument reaches it). The actor pool is created first and
+    # holds its fraction, so on a 1-CPU Ray the listing never fits and the stage waits forever.
+    # The V1 reader is one read operator that takes the num_cpus we give it (see _IO_CPUS).
+    ctx.use_datasource_v2 = False
 
+
+# Logical CPUs claimed by each piece of a Ray Data pipeline. Ray Data gives a read or write task
+# a whole CPU by default and will not start one that does not fit: on a 1-CPU Ray (ray.num_cpus: 1,
+# or one small worker node) an actor holding its CPU then leaves the read waiting forever. The
+# real work is elsewhere (the model server; Parquet reads and writes of a few MB), so every piece
+# claims a fraction and any pipeline fits in one CPU: read + actor + write = 0.25 + 0.5 + 0.25.
+_IO_CPUS = 0.25
+_LLM_ACTOR_CPUS = 0.25
+# The embedder computes in this process; its claim is logical (numpy threads use what is free),
+# kept at half a CPU so that two embed actors never crowd out the reads on a small node.
+_EMBED_ACTOR_CPUS = 0.5
 
 # Rows per block, in batches: small enough that a hand-off of one Parquet file (Spark writes
 # one when adaptive execution coalesces a small pending set, and Ray reads a file as one
@@ -55,6 +75,14 @@ _BATCHES_PER_BLOCK = 2
 # Blocks an actor works on at once. With the async __call__ each block's batches overlap too;
 # two blocks keep requests queued for the client while one block's last answers come in.
 _BLOCKS_PER_ACTOR = 2
+
+
+def _num_blocks(in_path: str, rows_per_block: int) -> int:
+    """Blocks for the rows at in_path (counted from the Parquet footers, no data read)."""
+    import pyarrow.dataset as pads
+
+    rows = pads.dataset(in_path, format="parquet").count_rows()
+    return max(1, -(-rows // rows_per_block))
 
 
 class _LLMWorker:
@@ -106,9 +134,10 @@ def run_llm_task(
     # A batch of `concurrency` rows fills the actor's slots once; the overlap of batches and
     # blocks (see _LLMWorker) queues the next ones behind it.
     batch = max(8, llm.concurrency)
-    ds = ray.data.read_parquet(in_path)
-    # Streaming (no barrier): only blocks larger than this are cut.
-    ds = ds.repartition(target_num_rows_per_block=batch * _BATCHES_PER_BLOCK)
+    # The read cuts the rows into blocks of about two batches itself; a repartition operator
+    # would add a task that claims a whole CPU (no argument reaches it).
+    ds = ray.data.read_parquet(in_path, num_cpus=_IO_CPUS,
+                               override_num_blocks=_num_blocks(in_path, batch * _BATCHES_PER_BLOCK))
     ds = ds.map_batches(
         _LLMWorker,
         fn_constructor_kwargs={"task": task, "llm": llm, "cache_dir": cache_dir, "base_url": base_url},
@@ -116,10 +145,20 @@ def run_llm_task(
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=ray_section.actors,
                                            max_concurrent_calls_per_actor=_BLOCKS_PER_ACTOR),
-        # The actors wait on HTTP; the model server, not Ray, owns the CPUs.
-        num_cpus=0.25,
+        # The actors wait on HTTP; the model server, not Ray, owns the CPUs. An actor that owns
+        # a vLLM engine (llm.backend 'vllm') needs its GPU reserved here.
+        num_cpus=_LLM_ACTOR_CPUS,
+        **({"num_gpus": ray_section.num_gpus_per_actor} if ray_section.num_gpus_per_actor else {}),
     )
-    ds.write_parquet(out_path)
+    _clear(out_path)
+    ds.write_parquet(out_path, ray_remote_args={"num_cpus": _IO_CPUS})
+
+
+def _clear(out_path: str) -> None:
+    """Remove a local output folder first: Ray adds files next to any already there, and outputs
+    left by an earlier pass of the same run would be read back (and counted) with this one's."""
+    if "://" not in str(out_path):
+        shutil.rmtree(out_path, ignore_errors=True)
 
 
 def usage_from_outputs(path: str | Path, llm: LLMSection) -> tuple[Usage, pa.Table]:
@@ -162,12 +201,13 @@ def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, batc
     import ray
 
     init_ray(ray_section)
-    ds = ray.data.read_parquet(in_path).map_batches(
+    ds = ray.data.read_parquet(in_path, num_cpus=_IO_CPUS).map_batches(
         _EmbedWorker,
         fn_constructor_kwargs={"batch_size": batch_size, "max_tokens": max_tokens},
         batch_size=batch_size * 4,
         batch_format="pyarrow",
         concurrency=1,
-        num_cpus=1,
+        num_cpus=_EMBED_ACTOR_CPUS,
     )
-    ds.write_parquet(out_path)
+    _clear(out_path)
+    ds.write_parquet(out_path, ray_remote_args={"num_cpus": _IO_CPUS})

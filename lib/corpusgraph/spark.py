@@ -44,12 +44,13 @@ def build_spark(section: SparkSection, *, set_master: bool = True, local_dirs: s
     )
     if set_master:
         builder = builder.master(section.master)
-        if section.master.startswith("local"):
-            # Python workers must run the interpreter that has corpusgraph installed, not
-            # whatever `python3` is first on PATH. pyspark takes the worker interpreter from
-            # this variable when the context starts (the spark.pyspark.python conf is not
-            # consulted on the Python side), so set it for this process and its children.
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Python workers must run the interpreter that has corpusgraph installed, not whatever
+    # `python3` is first on PATH. pyspark takes the worker interpreter from this variable when
+    # the context starts (the spark.pyspark.python conf is not consulted on the Python side).
+    # Under spark-submit, `--conf spark.pyspark.python=...` sets it before this runs and wins;
+    # without it, executors get this driver's own interpreter path, right wherever every node
+    # has the same environment at the same path (one venv on a shared or identical filesystem).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if local_dirs:
         builder = builder.config("spark.local.dir", local_dirs)
     for key, value in section.extra.items():
