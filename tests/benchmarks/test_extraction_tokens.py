@@ -1,0 +1,206 @@
+"""Tokens are the bill: LLM tokens per 1,000 corpus tokens, corpusgraph's extract vs graphrag's (issue 4).
+
+Both extract entities and relationships from the same MuSiQue paragraphs with the same model,
+the bundled SmolLM2-135M behind llama.cpp's OpenAI-compatible server, each through a counting
+proxy (counting_proxy.py) that records the server's own usage figures for every call:
+- corpusgraph: the product path, `run_index` with stages ingest, chunk, extract and the
+  embedded-default config (conf/local.yaml) unchanged, its embedded server reached through the
+  proxy; every extract setting is the default, so the figure follows whatever the product does.
+- graphrag: the pinned graphrag 3.x in its own virtualenv (graphrag_side.py), default settings,
+  only its extraction workflows, its chat model pointed at the proxy.
+Each side gets a freshly started model server and an empty response cache, so every call is paid.
+
+Target (issue 4): ours_tokens_per_1k at most a third of graphrag_tokens_per_1k. Corpus tokens are
+the paragraphs' texts counted with cl100k (corpusgraph.tokens). On a shared 2-core machine the
+model takes 10-25 s a call, so the corpus is the first CG_TOK_MUSIQUE_DOCS paragraphs (default 16)
+and graphrag is stopped after CG_TOK_GRAPHRAG_TIMEOUT_S (default 720): graphrag sets no
+max_tokens, so a small model's answer can run until the context is full. What graphrag did
+(completed, aborted and why, or stopped) is recorded, never hidden.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from corpusgraph.config import load_config
+from corpusgraph.llm.server import EmbeddedServer
+from corpusgraph.tokens import count_tokens
+from tests.benchmarks import graphrag_side
+from tests.conftest import REPO, SHARED_DATA
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.llm, pytest.mark.spark, pytest.mark.ray]
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "extraction_tokens.json"
+PROXY = HERE / "counting_proxy.py"
+MUSIQUE = SHARED_DATA / "musique100" / "docs.jsonl"
+DOCS = int(os.environ.get("CG_TOK_MUSIQUE_DOCS", "16"))
+GRAPHRAG_TIMEOUT_S = float(os.environ.get("CG_TOK_GRAPHRAG_TIMEOUT_S", "720"))
+TARGET_RATIO = 1 / 3
+
+
+class CountingProxy:
+    """counting_proxy.py in its own process, in front of `upstream`."""
+
+    def __init__(self, upstream: str):
+        self.proc = subprocess.Popen([sys.executable, str(PROXY), "--upstream", upstream],
+                                     stdout=subprocess.PIPE, text=True)
+        self.base_url = self.proc.stdout.readline().strip()
+        if not self.base_url.startswith("http"):
+            self.stop()
+            raise RuntimeError(f"counting proxy did not start (exit {self.proc.returncode})")
+
+    def calls(self) -> list[dict]:
+        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/calls", timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def paragraphs(n: int) -> list[dict]:
+    lines = MUSIQUE.read_text(encoding="utf-8").splitlines()[:n]
+    return [json.loads(line) for line in lines]
+
+
+def summarise(calls: list[dict], corpus_tokens: int, units: int) -> dict:
+    """Token totals of one side's calls, per 1,000 corpus tokens and per unit."""
+    tin = sum(c["prompt_tokens"] for c in calls)
+    tout = sum(c["completion_tokens"] for c in calls)
+    return {
+        "calls": len(calls), "calls_per_unit": round(len(calls) / units, 3),
+        # Calls that opened a conversation (graphrag: one per unit it reached before any stop).
+        "first_round_calls": sum(1 for c in calls if c["messages"] <= 2),
+        "tokens_in": tin, "tokens_out": tout,
+        "tokens_per_1k": round((tin + tout) * 1000 / corpus_tokens, 1),
+        "prompt_tokens_per_unit": round(tin / units, 1),
+        "failed_calls": sum(1 for c in calls if c["status"] >= 400),
+        "answers_cut_at_max_tokens": sum(1 for c in calls if c["finish_reason"] == "length"),
+        "longest_answer_tokens": max((c["completion_tokens"] for c in calls), default=0),
+        "model_seconds": round(sum(c["seconds"] for c in calls), 1),
+    }
+
+
+def model_server(log: Path) -> EmbeddedServer:
+    """A fresh bundled-model server with the embedded default's settings (conf/local.yaml)."""
+    cfg = load_config(REPO / "conf" / "local.yaml")
+    return EmbeddedServer(log, model_alias=cfg.llm.model, n_ctx=cfg.llm.n_ctx)
+
+
+class _Proxied:
+    """Stands where RunContext keeps its embedded server: the same kind of server, started by
+    this benchmark, reached through the counting proxy; stopping it is left to its owner."""
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+
+    def stop(self) -> None:
+        pass
+
+
+def run_ours(spark, root: Path, docs: list[dict]) -> dict:
+    from corpusgraph.pipeline import RunContext, run_index
+
+    inputs = root / "in"
+    inputs.mkdir(parents=True)
+    (inputs / "musique.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    with model_server(root / "llm.log") as server:
+        proxy = CountingProxy(server.base_url)
+        try:
+            # The embedded default unchanged (llm.backend embedded: llama.cpp's schema dialect),
+            # except that the server it talks to is the one started above, behind the proxy.
+            # (llm.backend openai would send OpenAI's json_schema response_format, which
+            # llama-cpp-python's server rejects with a 422.)
+            cfg = load_config(REPO / "conf" / "local.yaml", {
+                "storage.warehouse": str(root / "wh"), "storage.index_dir": str(root / "idx"),
+                "storage.cache_dir": str(root / "cache"), "ingest.inputs": f"[{inputs}]",
+            })
+            assert cfg.llm.backend == "embedded"
+            ctx = RunContext(cfg, spark)
+            ctx._server = _Proxied(proxy.base_url)  # what RunContext.llm_base_url() hands the workers
+            t0 = time.monotonic()
+            run_index(ctx, ["ingest", "chunk", "extract"])
+            wall = time.monotonic() - t0
+            calls = proxy.calls()
+        finally:
+            proxy.stop()
+    units = ctx.wh.read("text_units").count()
+    rows = [r.asDict() for r in ctx.wh.read("extractions").select("status", "entities", "relationships").collect()]
+    usage = ctx.results["extract"].usage
+    return {"units": units, "wall_s": round(wall, 1), "completed": True, "error": None,
+            "extraction_rows": len(rows), "rows_ok": sum(1 for r in rows if r["status"] == "ok"),
+            "entities_found": sum(len(r["entities"] or []) for r in rows),
+            "relationships_found": sum(len(r["relationships"] or []) for r in rows),
+            # The product's own `llm_calls` accounting, next to the server's figures above.
+            "product_accounting": None if usage is None else {
+                "calls": usage.calls, "tokens_in": usage.tokens_in, "tokens_out": usage.tokens_out,
+                "cache_hits": usage.cache_hits, "errors": usage.errors},
+            "calls_log": calls}
+
+
+def run_graphrag(root: Path, docs: list[dict]) -> dict:
+    with model_server(root / "llm.log") as server:
+        proxy = CountingProxy(server.base_url)
+        try:
+            graphrag_side.write_project(root / "project", ((d["title"], d["text"]) for d in docs), proxy.base_url,
+                                        model=server.model)
+            # llama.cpp serves no embeddings here, which graphrag's start-up check would call.
+            run = graphrag_side.run_index(root / "project", timeout_s=GRAPHRAG_TIMEOUT_S, skip_validation=True)
+            calls = proxy.calls()
+        finally:
+            proxy.stop()
+    return {"units": run.text_units, "wall_s": round(run.wall_s, 1), "completed": run.completed,
+            "error": run.error, "entities_found": run.entities, "relationships_found": run.relationships,
+            "calls_log": calls}
+
+
+@pytest.mark.skipif(not MUSIQUE.is_file(), reason=f"{MUSIQUE} is absent: this benchmark needs ../shared/data")
+def test_extraction_tokens_against_graphrag(spark, tmp_path):
+    graphrag_side.ensure_venv()
+    docs = paragraphs(DOCS)
+    corpus_tokens = sum(count_tokens(d["text"]) for d in docs)
+    ours = run_ours(spark, tmp_path / "ours", docs)
+    theirs = run_graphrag(tmp_path / "graphrag", docs)
+    ours_s = summarise(ours["calls_log"], corpus_tokens, len(docs))
+    theirs_s = summarise(theirs["calls_log"], corpus_tokens, len(docs))
+    ratio = ours_s["tokens_per_1k"] / theirs_s["tokens_per_1k"] if theirs_s["tokens_per_1k"] else None
+    for side in (ours, theirs):
+        side.pop("calls_log")
+    result = {
+        "corpus": "musique100",
+        "ours_tokens_per_1k": ours_s["tokens_per_1k"],
+        "graphrag_tokens_per_1k": theirs_s["tokens_per_1k"],
+        "model": "SmolLM2-135M-Instruct Q4_1 (bundled), llama-cpp-python server, n_ctx 4096",
+        "ratio_ours_to_graphrag": None if ratio is None else round(ratio, 3),
+        "target_ratio": round(TARGET_RATIO, 3),
+        "subset": f"first {len(docs)} paragraphs of docs.jsonl",
+        "paragraphs": len(docs), "corpus_tokens_cl100k": corpus_tokens,
+        "ours": ours | ours_s,
+        "graphrag": theirs | theirs_s | {"version": graphrag_side.GRAPHRAG_VERSION,
+                                         "settings": "defaults (max_gleanings 1, no max_tokens, "
+                                                     "concurrent_requests 25), extraction workflows only"},
+        "graphrag_completed": theirs["completed"],
+        "graphrag_error": theirs["error"],
+        "machine": f"{platform.platform()}; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k not in ("ours", "graphrag")}, indent=2))
+    # Behaviour: our extract answered every unit through the proxy; both sides' calls were counted.
+    assert ours["units"] >= len(docs) and ours_s["calls"] >= 1 and ours_s["failed_calls"] == 0
+    assert theirs_s["calls"] >= 1
