@@ -80,6 +80,10 @@ _ALL = [
         "entity_aliases", ("mention_key",), "Every resolution decision: which mention went to which entity, and why.",
         ("mention_key", pa.string()), ("mention", pa.string()), ("entity_id", pa.string()),
         ("score", pa.float64()), ("method", pa.string()),
+        # exact_id: the entity by name alone (undo a merge by mapping back to it); rejected_*: the
+        # best candidate not merged with, and why (below_band, llm_no, parse_error, guard, ...).
+        ("exact_id", pa.string()), ("rejected_id", pa.string()), ("rejected_score", pa.float64()),
+        ("rejected_reason", pa.string()), ("error", pa.string()),
     ),
     _t(
         "relationships", ("rel_id",), "Undirected relationships between entities, weights accumulated.",

@@ -1,0 +1,137 @@
+"""Resolution, part 3: merged groups (connected components) and the decision of every name.
+
+Connected components by min-label propagation with pointer jumping, in DataFrames (the
+GraphFrames jar has no Spark 4 build to fetch): each round a node takes the smallest label
+among itself and its neighbours, then the label of that label. The loop and its convergence
+test (an action) are the step's (steps.resolve); `cc_step` is one pure round.
+
+Chain guard. Merging is transitive, so a chain a-b, b-c, c-d of pairwise-plausible merges can
+join names that share nothing. A component larger than max_component_size is therefore re-cut:
+  1. inside it, only edges scoring at least strict_threshold are kept and components are
+     recomputed over them (`guard_edges`);
+  2. a component still too large becomes a star (`star_cut`): its medoid is the member with
+     the highest sum of edge scores, members with a kept edge to the medoid join it, every
+     other member stays on its own. Nothing is merged through an intermediary.
+Every cut edge is recorded as a non-merge with reason "guard".
+"""
+
+from __future__ import annotations
+
+from ..config import ResolveSection
+
+__all__ = ["cc_start", "cc_step", "changed", "component_sizes", "guard_edges", "star_cut", "decisions"]
+
+
+def cc_start(nodes_df):
+    """Every node in its own component."""
+    from pyspark.sql import functions as F
+
+    return nodes_df.select("node_id", F.col("node_id").alias("label"))
+
+
+def _both_ways(edges):
+    from pyspark.sql import functions as F
+
+    return edges.select(F.col("a").alias("src"), F.col("b").alias("dst")).unionByName(
+        edges.select(F.col("b").alias("src"), F.col("a").alias("dst")))
+
+
+def cc_step(labels, edges):
+    """One round of min-label propagation plus one pointer jump."""
+    from pyspark.sql import functions as F
+
+    sent = _both_ways(edges).join(labels.withColumnRenamed("node_id", "src"), "src").select(
+        F.col("dst").alias("node_id"), "label")
+    best = labels.unionByName(sent).groupBy("node_id").agg(F.min("label").alias("label"))
+    hop = best.select(F.col("node_id").alias("label"), F.col("label").alias("label2"))
+    return best.join(hop, "label", "left").select("node_id", F.least("label", F.coalesce("label2", "label")).alias("label"))
+
+
+def changed(old, new):
+    """Rows whose label moved in a round (0 means converged)."""
+    from pyspark.sql import functions as F
+
+    return old.join(new.withColumnRenamed("label", "new"), "node_id").where(F.col("label") != F.col("new"))
+
+
+def component_sizes(labels):
+    return labels.groupBy("label").count().withColumnRenamed("count", "size")
+
+
+def guard_edges(edges, labels, section: ResolveSection):
+    """(kept, cut): inside a component over max_component_size only edges clearing
+    strict_threshold stay."""
+    from pyspark.sql import functions as F
+
+    big = component_sizes(labels).where(F.col("size") > section.max_component_size).select("label")
+    flagged = edges.join(labels.withColumnRenamed("node_id", "a"), "a").join(big.withColumn("big", F.lit(True)),
+                                                                            "label", "left")
+    weak = F.coalesce(F.col("big"), F.lit(False)) & (F.col("score") < section.strict_threshold)
+    cols = edges.columns
+    return flagged.where(~weak).select(*cols), flagged.where(weak).select(*cols)
+
+
+def star_cut(labels, edges, section: ResolveSection):
+    """(labels, cut edges): components still over max_component_size become stars around their
+    medoid (highest sum of edge scores; ties to the smallest id)."""
+    from pyspark.sql import functions as F
+
+    big = component_sizes(labels).where(F.col("size") > section.max_component_size).select("label")
+    members = labels.join(big, "label", "left_semi")
+    ends = edges.select(F.col("a").alias("node_id"), "score").unionByName(edges.select(F.col("b").alias("node_id"), "score"))
+    strength = members.join(ends, "node_id").groupBy("label", "node_id").agg(F.sum("score").alias("w"))
+    medoid = strength.groupBy("label").agg(
+        F.min_by("node_id", F.struct(-F.col("w"), F.col("node_id"))).alias("medoid"))
+    in_big = edges.join(members.select(F.col("node_id").alias("a"), "label"), "a").join(medoid, "label")
+    spokes = in_big.where((F.col("a") == F.col("medoid")) | (F.col("b") == F.col("medoid")))
+    joined = spokes.select(F.when(F.col("a") == F.col("medoid"), F.col("b")).otherwise(F.col("a")).alias("node_id"),
+                           "medoid").unionByName(medoid.select(F.col("medoid").alias("node_id"), "medoid"))
+    new_labels = labels.join(joined, "node_id", "left").join(big.withColumn("big", F.lit(True)), "label", "left").select(
+        "node_id",
+        F.when(F.col("big").isNull(), F.col("label")).otherwise(F.coalesce("medoid", "node_id")).alias("label"))
+    cut = in_big.where((F.col("a") != F.col("medoid")) & (F.col("b") != F.col("medoid"))).select(*edges.columns)
+    return new_labels, cut
+
+
+def decisions(nodes_df, labels, decided, cut=None):
+    """Per node key: (key, node_id, entity_id, score, method, exact_id, rejected_id,
+    rejected_score, rejected_reason, error), the mapping resolve.py's outputs take.
+
+    A node that is its component's label keeps its id ("exact", 1.0); any other took the best
+    merge edge it has to a member of its component (its score and method). rejected_* is the
+    best-scoring pair of the node that did not merge it with its candidate's entity.
+    decided: resolve_score.decide's rows; cut: edges the chain guard dropped.
+    """
+    from pyspark.sql import functions as F
+
+    lab = labels.select("node_id", F.col("label").alias("entity_id"))
+    d = decided.select("a", "b", "score", "merge", "method", "reason", "error")
+    if cut is not None:
+        cut_keys = cut.select("a", "b", F.lit(True).alias("was_cut"))
+        d = d.join(cut_keys, ["a", "b"], "left").withColumn("was_cut", F.coalesce("was_cut", F.lit(False)))
+        d = d.withColumn("merge", F.col("merge") & ~F.col("was_cut")).withColumn(
+            "reason", F.when(F.col("was_cut"), "guard").otherwise(F.col("reason")))
+    both = d.select(F.col("a").alias("node_id"), F.col("b").alias("other"), "score", "merge", "method", "reason",
+                    "error").unionByName(
+        d.select(F.col("b").alias("node_id"), F.col("a").alias("other"), "score", "merge", "method", "reason", "error"))
+    both = both.join(lab, "node_id").join(lab.select(F.col("node_id").alias("other"),
+                                                     F.col("entity_id").alias("other_entity")), "other")
+    same = F.col("entity_id") == F.col("other_entity")
+    attach = both.where(F.col("merge") & same).groupBy("node_id").agg(
+        F.max_by(F.struct("score", "method", "error"), "score").alias("att"))
+    reject = both.where(~same).groupBy("node_id").agg(
+        F.max_by(F.struct("other_entity", "score", F.coalesce("reason", F.lit("guard")).alias("reason"), "error"),
+                 "score").alias("rej"))
+    own = F.col("entity_id") == F.col("node_id")
+    return nodes_df.select("node_id", "key").join(lab, "node_id", "left").join(attach, "node_id", "left").join(
+        reject, "node_id", "left").select(
+        "key", "node_id",
+        F.coalesce("entity_id", "node_id").alias("entity_id"),
+        F.when(own | F.col("att").isNull(), F.lit(1.0)).otherwise(F.col("att.score")).alias("score"),
+        F.when(own | F.col("att").isNull(), F.lit("exact")).otherwise(F.col("att.method")).alias("method"),
+        F.col("node_id").alias("exact_id"),
+        F.col("rej.other_entity").alias("rejected_id"),
+        F.col("rej.score").alias("rejected_score"),
+        F.col("rej.reason").alias("rejected_reason"),
+        F.coalesce(F.when(~own, F.col("att.error")), F.col("rej.error")).alias("error"),
+    )

@@ -1,0 +1,190 @@
+"""Resolution, part 2: score candidate pairs and decide which merge.
+
+Features of a pair (a, b) of nodes, each in [0, 1]:
+
+  name          best of: normalised Levenshtein similarity of the keys, the same on sorted
+                tokens (word order), character-trigram Jaccard, 1 when the names are equal
+                without spaces, 0.95 when one is the other's acronym, 0.9 when the tokens align
+                with initials ("j smith" / "john smith").
+  desc          overlap of the description content words, |A & B| / min(|A|, |B|); replaced by
+                the cosine of the description embeddings where both exist; null when a side has
+                no description.
+  neighbours    overlap of the names each is related to, |A & B| / min(|A|, |B|); null when a
+                side has none.
+  no_context    1 when both desc and neighbours are null: the name is all there is.
+  name_strong   (name - 0.8) / 0.2 above 0.8, else 0: a near-identical spelling is much
+                stronger evidence than a merely similar one.
+  small_edit    1 when the keys are at most 2 edits apart and both have 6+ characters (a typo).
+  initials      1 when the tokens align with initials (see name).
+  extra_tail    1 when the shorter name is the longer one cut short ("contoso" / "contoso
+                emea", "paris" / "paris hilton", "nova 12" / "nova 12 pro"): the extra word
+                often names a different thing.
+  extra_head    1 when the shorter name ends the longer one ("nova 12" / "contoso nova 12"):
+                often a brand or title in front.
+  extra_inner   1 for other strict token subsets ("john smith" / "john a smith").
+  number_clash  1 when the numbers in the names differ ("windows 10" / "windows 11").
+  related       1 when either is a relationship partner of the other: a text that relates two
+                names treats them as two things.
+
+score = sigmoid(bias + sum(weight_f * f)) with missing features as 0, and 0 when both types are
+known and differ. The weights (ResolveSection.weights) were fit by logistic regression on the
+labelled set of tests/benchmarks/resolution_set.py (seed 1) and are evaluated on another seed.
+Decisions: score >= auto_threshold merges ("similarity"); [band_low, auto_threshold) goes to the
+LLM when adjudication is on ("llm" when it says yes); below the band nothing merges.
+"""
+
+from __future__ import annotations
+
+from ..config import ResolveSection
+from .resolve import UNKNOWN
+
+__all__ = ["pair_features", "score_pairs", "band", "decide", "FEATURES"]
+
+FEATURES = ["name", "name_strong", "small_edit", "initials", "desc", "neighbours", "no_context", "extra_tail", "extra_head", "extra_inner",
+            "number_clash", "related"]
+
+_NODE_COLS = ["node_id", "key", "title", "type", "descs", "neighbours", "tokens", "grams", "dwords", "acronym",
+              "nospace"]
+
+
+def _overlap(x, y):
+    """|x & y| / min(|x|, |y|) of two arrays; null when either is empty."""
+    from pyspark.sql import functions as F
+
+    small = F.least(F.size(x), F.size(y))
+    return F.when(small > 0, F.size(F.array_intersect(x, y)) / small)
+
+
+def _lev_sim(x, y):
+    from pyspark.sql import functions as F
+
+    longest = F.greatest(F.length(x), F.length(y))
+    return F.when(longest > 0, 1 - F.levenshtein(x, y) / longest).otherwise(F.lit(0.0))
+
+
+def _initials_align(ta, tb):
+    """Same number of tokens and every token equal, nearly equal (a typo) or an initial of its
+    counterpart, the last one not an initial: "j smith" / "john smith", "j smiht" / "john smith"."""
+    from pyspark.sql import functions as F
+
+    def compatible(i):
+        x, y = F.try_element_at(ta, i), F.try_element_at(tb, i)
+        initial = ((F.length(x) == 1) | (F.length(y) == 1)) & (F.substring(x, 1, 1) == F.substring(y, 1, 1))
+        return F.coalesce((_lev_sim(x, y) >= 0.75) | initial, F.lit(False))
+
+    same_shape = (F.size(ta) == F.size(tb)) & (F.size(ta) >= 2)
+    ok = F.forall(F.sequence(F.lit(1), F.greatest(F.size(ta), F.lit(1))), compatible)
+    lasts = (F.length(F.element_at(ta, -1)) > 1) & (F.length(F.element_at(tb, -1)) > 1)
+    return same_shape & lasts & ok & (F.col("key_a") != F.col("key_b"))
+
+
+def _cosine(x, y):
+    from pyspark.sql import functions as F
+
+    return F.aggregate(F.zip_with(x, y, lambda p, q: p * q), F.lit(0.0), lambda acc, v: acc + v)
+
+
+def pair_features(pairs, nodes_df, vectors=None):
+    """(a, b) -> (a, b, type_a, type_b, <FEATURES>). vectors: optional (node_id, vector) of
+    L2-normalised description embeddings."""
+    from pyspark.sql import functions as F
+
+    n = nodes_df.select(*_NODE_COLS)
+    if vectors is not None:
+        n = n.join(vectors.select("node_id", "vector"), "node_id", "left")
+    else:
+        n = n.withColumn("vector", F.lit(None).cast("array<float>"))
+    a = n.select(*[F.col(c).alias(c + "_a") for c in n.columns])
+    b = n.select(*[F.col(c).alias(c + "_b") for c in n.columns])
+    df = pairs.join(a, pairs["a"] == a["node_id_a"]).join(b, pairs["b"] == b["node_id_b"])
+    ka, kb, ta, tb = F.col("key_a"), F.col("key_b"), F.col("tokens_a"), F.col("tokens_b")
+    sorted_a, sorted_b = F.array_join(F.array_sort(ta), " "), F.array_join(F.array_sort(tb), " ")
+    tri = F.size(F.array_intersect("grams_a", "grams_b")) / F.size(F.array_union("grams_a", "grams_b"))
+    acr = ((F.col("acronym_a") == F.col("nospace_b")) & (F.size(tb) == 1) & (F.size(ta) >= 2)) | (
+        (F.col("acronym_b") == F.col("nospace_a")) & (F.size(ta) == 1) & (F.size(tb) >= 2))
+    name = F.greatest(
+        _lev_sim(ka, kb), _lev_sim(sorted_a, sorted_b), tri,
+        F.when(F.col("nospace_a") == F.col("nospace_b"), 1.0).otherwise(0.0),
+        F.when(acr, 0.95).otherwise(0.0),
+        F.when(_initials_align(ta, tb), 0.9).otherwise(0.0),
+    )
+    small_edit = (F.levenshtein(ka, kb) <= 2) & (F.least(F.length(ka), F.length(kb)) >= 6)
+    cos = F.when(F.col("vector_a").isNotNull() & F.col("vector_b").isNotNull(),
+                 _cosine(F.col("vector_a"), F.col("vector_b")))
+    desc = F.coalesce(cos, _overlap(F.col("dwords_a"), F.col("dwords_b")))
+    neigh = _overlap(F.col("neighbours_a"), F.col("neighbours_b"))
+    common = F.size(F.array_intersect(ta, tb))
+    extra = (F.size(ta) != F.size(tb)) & (common == F.least(F.size(ta), F.size(tb)))
+    short_key = F.when(F.size(ta) < F.size(tb), ka).otherwise(kb)
+    long_key = F.when(F.size(ta) < F.size(tb), kb).otherwise(ka)
+    tail = extra & F.startswith(long_key, F.concat(short_key, F.lit(" ")))
+    head = extra & F.endswith(long_key, F.concat(F.lit(" "), short_key))
+    nums_a, nums_b = F.array_sort(F.regexp_extract_all(ka, F.lit(r"(\d+)"), 1)), F.array_sort(
+        F.regexp_extract_all(kb, F.lit(r"(\d+)"), 1))
+    related = F.array_contains("neighbours_a", kb) | F.array_contains("neighbours_b", ka)
+    return df.select(
+        "a", "b", F.col("type_a"), F.col("type_b"),
+        name.cast("double").alias("name"),
+        F.greatest(F.lit(0.0), (name - 0.8) / 0.2).cast("double").alias("name_strong"),
+        small_edit.cast("double").alias("small_edit"),
+        _initials_align(ta, tb).cast("double").alias("initials"),
+        desc.cast("double").alias("desc"),
+        neigh.cast("double").alias("neighbours"),
+        (desc.isNull() & neigh.isNull()).cast("double").alias("no_context"),
+        tail.cast("double").alias("extra_tail"),
+        (head & ~tail).cast("double").alias("extra_head"),
+        (extra & ~head & ~tail).cast("double").alias("extra_inner"),
+        (nums_a != nums_b).cast("double").alias("number_clash"),
+        related.cast("double").alias("related"),
+    )
+
+
+def score_pairs(features, section: ResolveSection):
+    """features -> features + score in [0, 1] and type_clash."""
+    from pyspark.sql import functions as F
+
+    w = section.weights
+    z = F.lit(float(w.get("bias", 0.0)))
+    for f in FEATURES:
+        z = z + F.lit(float(w.get(f, 0.0))) * F.coalesce(F.col(f), F.lit(0.0))
+    clash = (F.col("type_a") != F.col("type_b")) & (F.col("type_a") != UNKNOWN) & (F.col("type_b") != UNKNOWN)
+    return features.withColumn("type_clash", clash).withColumn(
+        "score", F.when(clash, F.lit(0.0)).otherwise(1 / (1 + F.exp(-z))))
+
+
+def band(scored, section: ResolveSection):
+    """Pairs in the ambiguous band, best first, at most max_adjudications of them."""
+    from pyspark.sql import functions as F
+
+    inside = scored.where((F.col("score") >= section.band_low) & (F.col("score") < section.auto_threshold))
+    return inside.orderBy(F.col("score").desc(), "a", "b").limit(section.max_adjudications)
+
+
+def decide(scored, section: ResolveSection, verdicts=None):
+    """Every scored pair with its decision: merge (bool), method (similarity, llm) and reason.
+
+    verdicts (a, b, same, status, error): the LLM's answers for band pairs. Reasons for a
+    non-merge: type_clash, below_band, not_asked (band, adjudication off or over the cap),
+    llm_no, llm_error, parse_error.
+    """
+    from pyspark.sql import functions as F
+
+    s = scored
+    if verdicts is not None:
+        s = s.join(verdicts.select("a", "b", "same", F.col("status").alias("llm_status"),
+                                   F.col("error").alias("llm_error")), ["a", "b"], "left")
+    else:
+        s = s.withColumn("same", F.lit(None).cast("boolean")).withColumn(
+            "llm_status", F.lit(None).cast("string")).withColumn("llm_error", F.lit(None).cast("string"))
+    auto = F.col("score") >= section.auto_threshold
+    in_band = (F.col("score") >= section.band_low) & ~auto
+    llm_yes = in_band & (F.col("llm_status") == "ok") & F.coalesce(F.col("same"), F.lit(False))
+    reason = (F.when(auto | llm_yes, F.lit(None).cast("string"))
+              .when(F.col("type_clash"), "type_clash")
+              .when(~in_band, "below_band")
+              .when(F.col("llm_status").isNull(), "not_asked")
+              .when(F.col("llm_status") == "ok", "llm_no")
+              .otherwise(F.col("llm_status")))
+    return s.withColumn("merge", auto | llm_yes).withColumn(
+        "method", F.when(auto, "similarity").when(llm_yes, "llm")).withColumn("reason", reason).withColumn(
+        "error", F.col("llm_error"))

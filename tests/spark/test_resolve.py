@@ -1,0 +1,306 @@
+"""Entity resolution on small fixtures: the real resolve step on Delta, and its pure transforms.
+
+The adjudication tests here use a scripted chat model (prompt building and answer parsing are
+what they check); tests/spark/test_resolve.py::test_adjudication_and_summaries_on_the_real_model
+runs the same path through Ray against the real embedded server.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from corpusgraph.config import ResolveSection, load_config
+from corpusgraph.llm.base import ChatResult
+from corpusgraph.pipeline import RunContext
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.spark
+
+AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+# (unit, [(name, type, description)], [(source, target, strength)])
+UNITS = [
+    ("u1", [("Contoso Pharmaceuticals Inc.", "ORGANIZATION", "Drug maker headquartered in Lisbon."),
+            ("Lisbon", "LOCATION", "Capital of Portugal.")],
+     [("Contoso Pharmaceuticals Inc.", "Lisbon", 4)]),
+    ("u2", [("Contoso Pharmaceutcals", "ORGANIZATION", "Drug maker with a plant near Lisbon."),
+            ("Lisbon", "LOCATION", "Port city.")],
+     [("Lisbon", "Contoso Pharmaceutcals", 3)]),
+    ("u3", [("CONTOSO PHARMACEUTICALS", "ORGANIZATION", "Generic drug maker in Lisbon."),
+            ("Ana Reis", "PERSON", "Chief executive of Contoso.")],
+     [("CONTOSO PHARMACEUTICALS", "Ana Reis", 2)]),
+    ("u4", [("Contoso Pharmaceuticals EMEA", "ORGANIZATION", "Regional sales arm for Europe, set up in Madrid."),
+            ("Contoso Pharmaceuticals", "ORGANIZATION", "Parent drug maker.")],
+     [("Contoso Pharmaceuticals EMEA", "Contoso Pharmaceuticals", 5)]),
+    ("u5", [("Reis, Ana", "PERSON", "Chief executive of the drug maker Contoso."),
+            ("Rui Reis", "PERSON", "Football coach in Porto, brother of Ana Reis.")],
+     [("Reis, Ana", "Rui Reis", 1)]),
+    ("u6", [("Paris", "LOCATION", "Capital of France."),
+            ("Paris Hilton", "PERSON", "Media personality and hotel heiress.")],
+     [("Paris Hilton", "Paris", 1)]),
+    ("u7", [("Mikhail Gorbachev", "PERSON", "Last leader of the Soviet Union."),
+            ("Moscow", "LOCATION", "Capital of Russia.")],
+     [("Mikhail Gorbachev", "Moscow", 6)]),
+    ("u8", [("Michail Gorbatchev", "PERSON", "Soviet leader, led the Soviet Union until 1991."),
+            ("Moscow", "LOCATION", "Russian capital.")],
+     [("Moscow", "Michail Gorbatchev", 2)]),
+]
+
+
+def extraction(unit_id, entities, rels, phash="P", model="M"):
+    return {
+        "unit_id": unit_id, "prompt_hash": phash, "model": model, "status": "ok",
+        "entities": [{"name": n, "type": t, "description": d} for n, t, d in entities],
+        "relationships": [{"source": s, "target": t, "description": f"{s} - {t}", "strength": w} for s, t, w in rels],
+        "claims": [], "tokens_in": 1, "tokens_out": 1, "gleanings": 0, "error": None, "raw": "{}",
+        "run_id": "r", "extracted_at": AT,
+    }
+
+
+def context(spark, tmp_path, units=UNITS, **overrides):
+    """The real step's context on a fresh warehouse holding `units` as extractions."""
+    from corpusgraph import steps
+    from corpusgraph.tables import spark_schema
+
+    base = {"storage.warehouse": str(tmp_path / "wh"), "storage.index_dir": str(tmp_path / "idx"),
+            "storage.cache_dir": str(tmp_path / "cache"), "resolve.llm_adjudication": "false",
+            "resolve.summarise_descriptions": "false"}
+    cfg = load_config(REPO / "conf" / "local.yaml", {**base, **overrides})
+    ctx = RunContext(cfg, spark)
+    ctx.wh.ensure_all()
+    _, phash, model = steps.extract_identity(ctx)
+    rows = [extraction(u, e, r, phash, model) for u, e, r in units]
+    ctx.wh.overwrite("extractions", spark.createDataFrame(rows, spark_schema("extractions")))
+    tu = spark.createDataFrame([(u, "d", 0, "", 0, 0, 0) for u, _, _ in units],
+                               "unit_id string, doc_id string, ordinal int, text string, n_tokens int, "
+                               "char_start int, char_end int")
+    ctx.wh.overwrite("text_units", tu)
+    return ctx
+
+
+@pytest.fixture(scope="module")
+def resolved(spark, tmp_path_factory):
+    from corpusgraph import steps
+
+    ctx = context(spark, tmp_path_factory.mktemp("resolved"))
+    res = steps.resolve(ctx)
+    ents = ctx.wh.read("entities").collect()
+    by_alias = {a: e for e in ents for a in e["aliases"]}
+    aliases = {r["mention"]: r for r in ctx.wh.read("entity_aliases").collect()}
+    return ctx, res, by_alias, aliases
+
+
+def test_variants_merge_and_hard_negatives_stay_apart(resolved):
+    _, res, by_alias, _ = resolved
+    contoso = by_alias["Contoso Pharmaceuticals Inc."]
+    # legal suffix and case (exact key) and a typo (similarity) all land on one entity
+    assert set(contoso["aliases"]) >= {"Contoso Pharmaceuticals Inc.", "Contoso Pharmaceutcals", "CONTOSO PHARMACEUTICALS",
+                                       "Contoso Pharmaceuticals"}
+    assert contoso["unit_ids"] == ["u1", "u2", "u3", "u4"]
+    assert by_alias["Reis, Ana"]["entity_id"] == by_alias["Ana Reis"]["entity_id"]  # word order
+    assert by_alias["Michail Gorbatchev"]["entity_id"] == by_alias["Mikhail Gorbachev"]["entity_id"]  # transliteration
+    # hard negatives: regional arm, sibling sharing the surname, city and namesake person
+    assert by_alias["Contoso Pharmaceuticals EMEA"]["entity_id"] != contoso["entity_id"]
+    assert by_alias["Rui Reis"]["entity_id"] != by_alias["Ana Reis"]["entity_id"]
+    assert by_alias["Paris"]["entity_id"] != by_alias["Paris Hilton"]["entity_id"]
+    assert res.rows["pairs_scored"] > 0 and res.rows["entities"] == len({e["entity_id"] for e in by_alias.values()})
+
+
+def test_aliases_record_every_decision_and_a_merge_can_be_undone(resolved, spark, tmp_path):
+    ctx, _, by_alias, aliases = resolved
+    assert set(aliases) == {n.strip().lower() for _, ents, _ in UNITS for n, _, _ in ents}
+    typo = aliases["contoso pharmaceutcals"]
+    assert typo["method"] in ("similarity", "llm") and 0.0 < typo["score"] <= 1.0
+    assert typo["exact_id"] != typo["entity_id"]  # merged away from its own name's entity
+    own = aliases["lisbon"]
+    assert own["method"] == "exact" and own["score"] == 1.0 and own["exact_id"] == own["entity_id"]
+    emea = aliases["contoso pharmaceuticals emea"]
+    assert emea["rejected_id"] == by_alias["Contoso Pharmaceuticals Inc."]["entity_id"]
+    assert emea["rejected_reason"] in ("below_band", "not_asked") and emea["rejected_score"] < 0.5
+    assert aliases["paris hilton"]["rejected_reason"] in (None, "type_clash", "below_band")
+    # Undo: mapping every mention back to exact_id gives exactly the exact-name entities.
+    from corpusgraph import steps
+
+    exact_ctx = context(spark, tmp_path, **{"resolve.method": "exact"})
+    steps.resolve(exact_ctx)
+    exact = {r["mention"]: r["entity_id"] for r in exact_ctx.wh.read("entity_aliases").collect()}
+    assert {m: a["exact_id"] for m, a in aliases.items()} == exact
+
+
+def test_relationship_weights_accumulate_over_merged_endpoints(resolved):
+    ctx, _, by_alias, _ = resolved
+    contoso, lisbon = by_alias["CONTOSO PHARMACEUTICALS"]["entity_id"], by_alias["Lisbon"]["entity_id"]
+    rels = {(r["source_id"], r["target_id"]): r for r in ctx.wh.read("relationships").collect()}
+    edge = rels[tuple(sorted([contoso, lisbon]))]
+    assert edge["weight"] == 7.0 and edge["unit_ids"] == ["u1", "u2"]  # 4 (exact spelling) + 3 (typo)
+    assert all(a != b for a, b in rels)  # no self loops from merged endpoints
+    # the EMEA arm's edge to its parent survives, now pointing at the merged parent
+    assert tuple(sorted([by_alias["Contoso Pharmaceuticals EMEA"]["entity_id"], contoso])) in rels
+
+
+def _labels_until_stable(spark, nodes, edges):
+    from corpusgraph.stages import resolve_merge as RM
+
+    labels = RM.cc_start(nodes)
+    for _ in range(20):
+        new = RM.cc_step(labels, edges).localCheckpoint()
+        if RM.changed(labels, new).count() == 0:
+            return new
+        labels = new
+    raise AssertionError("no convergence")
+
+
+def test_connected_components_and_the_chain_guard(spark):
+    from corpusgraph.stages import resolve_merge as RM
+
+    ids = [f"n{i}" for i in range(8)]
+    nodes = spark.createDataFrame([(i,) for i in ids], "node_id string")
+    # a chain n0-n1-...-n5 (one strong link n0-n1, the rest merely plausible) and a pair n6-n7
+    chain = [("n0", "n1", 0.99), ("n1", "n2", 0.9), ("n2", "n3", 0.9), ("n3", "n4", 0.9), ("n4", "n5", 0.9),
+             ("n6", "n7", 0.88)]
+    edges = spark.createDataFrame(chain, "a string, b string, score double")
+    labels = {r["node_id"]: r["label"] for r in _labels_until_stable(spark, nodes, edges).collect()}
+    assert {labels[i] for i in ids[:6]} == {"n0"} and labels["n6"] == labels["n7"] == "n6"
+
+    sec = ResolveSection(max_component_size=3, strict_threshold=0.95)
+    lab_df = spark.createDataFrame(list(labels.items()), "node_id string, label string")
+    kept, cut = RM.guard_edges(edges, lab_df, sec)
+    assert sorted((r["a"], r["b"]) for r in cut.collect()) == [("n1", "n2"), ("n2", "n3"), ("n3", "n4"), ("n4", "n5")]
+    again = {r["node_id"]: r["label"] for r in _labels_until_stable(spark, nodes, kept).collect()}
+    assert again["n1"] == "n0" and len({again[i] for i in ids[2:6]}) == 4  # the chain is cut
+    assert again["n6"] == again["n7"]  # small groups keep their weaker edges
+
+    # a component still too big after the strict bar becomes a star around its medoid
+    star = spark.createDataFrame([("n0", "n1", 0.99), ("n1", "n2", 0.99), ("n2", "n3", 0.99), ("n1", "n4", 0.97)],
+                                 "a string, b string, score double")
+    lab = _labels_until_stable(spark, nodes, star)
+    new, cut2 = RM.star_cut(lab, star, sec)
+    got = {r["node_id"]: r["label"] for r in new.collect()}
+    assert got["n0"] == got["n2"] == got["n4"] == got["n1"] == "n1"  # n1 has the highest score sum
+    assert got["n3"] == "n3" and [(r["a"], r["b"]) for r in cut2.collect()] == [("n2", "n3")]
+
+
+class ScriptedJudge:
+    """A chat model that answers adjudications from a script keyed on the two names it is shown."""
+
+    model = "scripted"
+
+    def __init__(self, answers):
+        self.answers, self.seen = answers, []
+
+    def complete(self, requests):
+        out = []
+        for req in requests:
+            text = req.messages[1]["content"]
+            self.seen.append(text)
+            answer = next((a for k, a in self.answers.items() if k in text), '{"same": false, "reason": "no"}')
+            out.append(ChatResult(id=req.id, text=answer, tokens_in=10, tokens_out=5))
+        return out
+
+
+def test_the_ambiguous_band_goes_to_the_adjudicator(spark, tmp_path):
+    from corpusgraph.prompts import load_prompt
+    from corpusgraph.stages import resolve as R
+    from corpusgraph.stages import resolve_blocking as RB
+    from corpusgraph.stages import resolve_llm as RL
+    from corpusgraph.stages import resolve_score as RS
+    from corpusgraph.tables import spark_schema
+
+    units = [
+        ("a1", [("Fabrikam Freight", "ORGANIZATION", "Forwarder in Antwerp.")], []),
+        ("a2", [("Fabrikam", "ORGANIZATION", "Forwarder with a depot in Antwerp.")], []),
+        ("a3", [("Northwind Labs", "ORGANIZATION", "Research lab in Oslo.")], []),
+        ("a4", [("Northwind", "ORGANIZATION", "Trading house in Oslo.")], []),
+        ("a5", [("Tailspin Toys", "ORGANIZATION", "Toy maker in Rome.")], []),
+        ("a6", [("Tailspin", "ORGANIZATION", "Toy maker based in Rome.")], []),
+    ]
+    sec = ResolveSection(band_low=0.0, auto_threshold=0.999)  # every candidate pair is in the band
+    ex = spark.createDataFrame([extraction(u, e, r) for u, e, r in units], spark_schema("extractions"))
+    live = R.live_extractions(ex, spark.createDataFrame([(u,) for u, _, _ in units], "unit_id string"), "P", "M")
+    nodes = RB.nodes(R.mentions(live, sec), live, sec)
+    scored = RS.score_pairs(RS.pair_features(RB.candidate_pairs(RB.block_keys(nodes, sec), sec), nodes), sec)
+    inputs = [r.asDict() for r in RL.adjudication_inputs(RS.band(scored, sec), nodes).collect()]
+    assert len(inputs) == 3
+    judge = ScriptedJudge({"Fabrikam Freight": '{"same": true, "reason": "same forwarder"}',
+                           "Northwind Labs": '{"same": false, "reason": "lab vs trading house"}',
+                           "Tailspin Toys": 'Sure! {"same": maybe'})
+    task = RL.AdjudicateTask(sec, load_prompt(REPO / "conf" / "prompts" / "resolve_adjudicate.txt"))
+    requests = task.requests(inputs)
+    assert all(r.json_schema == RL.adjudication_schema() and r.max_tokens == sec.adjudicate_max_tokens for r in requests)
+    out = task.outputs(inputs, judge.complete(requests))
+    assert any("Description: Forwarder in Antwerp." in s for s in judge.seen)
+    verdicts = spark.createDataFrame(out, schema=from_arrow_schema(RL.AdjudicateTask.output_schema))
+    decided = {frozenset((r["a"], r["b"])): r for r in RS.decide(scored, sec, verdicts).collect()}
+    title = {r["node_id"]: r["title"] for r in nodes.collect()}
+    by_names = {frozenset(title[x] for x in k): v for k, v in decided.items()}
+    fab = by_names[frozenset(["Fabrikam Freight", "Fabrikam"])]
+    assert fab["merge"] and fab["method"] == "llm"
+    north = by_names[frozenset(["Northwind Labs", "Northwind"])]
+    assert not north["merge"] and north["reason"] == "llm_no"
+    tail = by_names[frozenset(["Tailspin Toys", "Tailspin"])]
+    assert not tail["merge"] and tail["reason"] == "parse_error" and tail["error"]  # recorded, no crash
+    # with adjudication off, the same band does not merge and says why
+    off = RS.decide(scored, sec, None).collect()
+    assert all(not r["merge"] and r["reason"] == "not_asked" for r in off)
+
+
+def test_long_merged_descriptions_are_summarised_or_cut(spark):
+    from corpusgraph.prompts import load_prompt
+    from corpusgraph.stages import resolve as R
+    from corpusgraph.stages import resolve_llm as RL
+    from corpusgraph.tables import spark_schema
+
+    sec = ResolveSection(max_description_chars=100)
+    long_a, long_b = "Operates the night shift at the Porto hub. " * 2, "Runs cold-chain trucks to Madrid. " * 2
+    units = [("s1", [("Castor Haulage", "ORGANIZATION", long_a)], []),
+             ("s2", [("castor haulage", "ORGANIZATION", long_b)], []),
+             ("s3", [("Short Co", "ORGANIZATION", "Small.")], [])]
+    ex = spark.createDataFrame([extraction(u, e, r) for u, e, r in units], spark_schema("extractions"))
+    live = R.live_extractions(ex, spark.createDataFrame([(u,) for u, _, _ in units], "unit_id string"), "P", "M")
+    ments = R.mentions(live, sec)
+    todo = [r.asDict() for r in R.long_descriptions(ments, sec).collect()]
+    assert [r["title"] for r in todo] == ["Castor Haulage"] and long_a.strip() in todo[0]["text"]
+    task = RL.SummariseTask(sec, load_prompt(REPO / "conf" / "prompts" / "resolve_summarise.txt"))
+    req = task.requests(todo)[0]
+    assert "Castor Haulage" in req.messages[0]["content"] and req.json_schema["properties"]["description"]["maxLength"] == 100
+    out = task.outputs(todo, [ChatResult(id=req.id, text='{"description": "Night shift in Porto; trucks to Madrid."}')])
+    summaries = spark.createDataFrame(out, schema=from_arrow_schema(RL.SummariseTask.output_schema))
+    rels = R.relationships(live, sec)
+    ents = {r["title"]: r for r in R.entities(ments, rels, sec, summaries).collect()}
+    assert ents["Castor Haulage"]["description"] == "Night shift in Porto; trucks to Madrid."
+    assert ents["Short Co"]["description"] == "Small."
+    bad = task.outputs(todo, [ChatResult(id=req.id, text="no json here")])
+    assert bad[0]["status"] == "parse_error" and bad[0]["summary"] is None
+    cut = {r["title"]: r for r in R.entities(ments, rels, sec).collect()}  # no summary: joined, cut at the limit
+    assert len(cut["Castor Haulage"]["description"]) == 100
+
+
+@pytest.mark.llm
+@pytest.mark.ray
+def test_adjudication_and_summaries_on_the_real_model(spark, tmp_path):
+    """The step end to end with LLM adjudication and summaries on: Ray actors, the embedded
+    llama.cpp server, the response cache. The 135M model's verdicts are not judged; that each
+    band pair gets a recorded verdict (ok or parse_error), and a re-run is all cache hits, is."""
+    from corpusgraph import steps
+
+    ctx = context(spark, tmp_path, **{"resolve.llm_adjudication": "true", "resolve.band_low": "0.0",
+                                      "resolve.summarise_descriptions": "true",
+                                      "resolve.max_description_chars": "100"})
+    try:
+        res = steps.resolve(ctx)
+        assert res.rows["adjudicated"] >= 1 and res.rows["summarised"] >= 1
+        assert res.usage is not None and res.usage.calls >= 2 and res.usage.errors == 0
+        verdicts = ctx.spark.read.parquet(ctx.handoff("resolve", "adjudicate-out")).collect()
+        assert len(verdicts) == res.rows["adjudicated"]
+        assert all(v["status"] in ("ok", "parse_error") for v in verdicts)
+        assert sum(v["status"] == "ok" for v in verdicts) >= len(verdicts) / 2  # the grammar holds
+        long = [e for e in ctx.wh.read("entities").collect() if e["title"].lower().startswith("contoso pharm")
+                and len(" ".join(e["aliases"])) > 0]
+        assert long and all(0 < len(e["description"]) <= 100 for e in long)
+        again = steps.resolve(ctx)
+        assert again.usage is not None and again.usage.calls == 0 and again.usage.cache_hits >= 2
+    finally:
+        ctx.close()
