@@ -18,10 +18,12 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from serving.engine import EngineFactory, EngineHolder, default_engine_factory
-from serving.routers import health, query
+from serving.metrics import ServiceMetrics
+from serving.routers import graph, health, query
 from serving.settings import ServiceSettings
 
 __all__ = ["create_app"]
@@ -33,8 +35,18 @@ _DESCRIPTION = """Questions over a corpusgraph index: `basic` (vector search ove
 `auto`, which picks one and says why. Every answer cites text units and documents and reports
 its tokens and cost.
 
-Authentication: when the service is started with API keys, `POST /v1/query` needs one, as
+Authentication: when the service is started with API keys, every `/v1` route needs one, as
 `Authorization: Bearer <key>` or `X-API-Key: <key>`. Without keys it is open: for local use only.
+
+Access domains: every document belongs to one domain and every key is bound to a set of them. A
+key sees only what was built entirely from documents in its domains: units and documents of
+those domains; entities, relationships and claims whose every source unit is one; communities
+(and their reports) whose members, relationships and units all are. A community mixing domains
+is hidden whole, report and all, from keys that cannot read every domain in it, so global search
+for such a key maps over fewer reports. What a key cannot see answers 404 exactly as an id that
+does not exist. `X-Access-Domains: a,b` narrows one request further (403 for a domain the key lacks).
+
+`/healthz`, `/readyz` and `/metrics` need no key and show nothing from the corpus.
 """
 
 
@@ -63,6 +75,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(holder.close)
 
 
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    # The traceback goes to the log, not to the caller: exception text can quote index content.
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse({"detail": "internal error; the service log has the details"}, status_code=500)
+
+
 def create_app(settings: ServiceSettings, engine_factory: EngineFactory | None = None) -> FastAPI:
     """The service for `settings`.
 
@@ -74,8 +92,12 @@ def create_app(settings: ServiceSettings, engine_factory: EngineFactory | None =
     app.state.settings = settings
     app.state.engine_factory = engine_factory or default_engine_factory
     app.state.engine = EngineHolder()
+    app.state.metrics = ServiceMetrics(lambda: app.state.engine.load_seconds)
+    app.middleware("http")(app.state.metrics.middleware)
+    app.add_exception_handler(Exception, _internal_error)
     app.include_router(health.router)
     app.include_router(query.build_router(settings))
+    app.include_router(graph.build_router(settings))
     if not settings.api_keys:
         log.warning("no API keys configured: anyone who can reach this service can query it (local use only)")
     return app

@@ -2,14 +2,14 @@
 
 corpusgraph/cli.py adds the command with `add_serve_command(subparsers)`. The config is loaded
 by the CLI's own loader (the one place that hands the process environment to ${VAR}
-substitution), so nothing in `serving/` reads the environment.
+substitution), so nothing in `serving/` reads the environment. The config's `serve` section
+holds the settings (keys too, as ${VAR}s); the options here override it for one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # never executed: the command imports the app only when it runs
@@ -28,18 +28,19 @@ def add_serve_command(subparsers, config_loader: Callable[[argparse.Namespace], 
     """
     sp = subparsers.add_parser(
         "serve", help="run the query service (FastAPI; OpenAPI at /docs)",
-        description="Serve POST /v1/query, GET /healthz and GET /readyz over the built index.",
+        description="Serve POST /v1/query, GET /v1/entities/{id}, GET /v1/communities, /healthz, /readyz and "
+        "/metrics over the built index. Defaults come from the config's `serve` section.",
     )
     sp.add_argument("--conf", default="conf/local.yaml", help="config file (default: conf/local.yaml)")
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config value, e.g. --set query.top_k_units=8 (repeatable)")
-    sp.add_argument("--host", default="127.0.0.1",
-                    help="interface to listen on (default 127.0.0.1; use 0.0.0.0 only with API keys)")
-    sp.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    sp.add_argument("--host", help="interface to listen on (serve.host, 127.0.0.1; 0.0.0.0 only with API keys)")
+    sp.add_argument("--port", type=int, help="port (serve.port, 8080)")
     sp.add_argument("--api-key", action="append", default=[], dest="api_keys", metavar="KEY",
-                    help="accept this key (repeatable); note a key on the command line shows in `ps`, "
-                    "so prefer --api-key-file. No keys: no authentication, for local use only")
-    sp.add_argument("--api-key-file", metavar="PATH", help="file with one accepted key per line")
+                    help="accept this key for ALL domains (repeatable); a key on the command line shows in `ps`, "
+                    "so prefer serve.api_keys or --api-key-file. No keys anywhere: no authentication, local use only")
+    sp.add_argument("--api-key-file", metavar="PATH",
+                    help="file of keys, one `KEY DOMAIN[,DOMAIN...]` (or `KEY *`) per line, besides serve.api_keys")
     sp.add_argument("--timeout", type=float, dest="request_timeout_s", metavar="SECONDS",
                     help="seconds a question may take before the caller gets 504")
     sp.add_argument("--max-concurrent", type=int, dest="max_concurrent_queries", metavar="N",
@@ -49,37 +50,51 @@ def add_serve_command(subparsers, config_loader: Callable[[argparse.Namespace], 
     return sp
 
 
-def _read_keys(path: str) -> list[str]:
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
-
-
 def settings_from_args(args: argparse.Namespace, config) -> ServiceSettings:
-    """The ServiceSettings the parsed arguments ask for; unset options keep the settings' defaults."""
-    from serving.settings import ServiceSettings
+    """The ServiceSettings the config's `serve` section and the options ask for; options win."""
+    from serving.settings import ALL_DOMAINS, ServeKey, ServiceSettings, read_key_file
 
-    keys = list(args.api_keys) + (_read_keys(args.api_key_file) if args.api_key_file else [])
+    keys = [ServeKey(name=f"cli-{i}", key=k, domains=[ALL_DOMAINS]) for i, k in enumerate(args.api_keys, 1)]
+    keys += read_key_file(args.api_key_file) if args.api_key_file else []
     chosen = {
         name: getattr(args, name)
         for name in ("request_timeout_s", "max_concurrent_queries")
         if getattr(args, name) is not None
     }
-    return ServiceSettings(config=config, api_keys=keys, **chosen)
+    return ServiceSettings.from_config(config, api_keys=keys, **chosen)
+
+
+def _one_thread_per_request() -> None:
+    """Pin numpy's BLAS and FAISS to one thread each, before either loads.
+
+    The service answers many small requests at once; a BLAS pool per request oversubscribes the
+    cores. Measured under load on 2 cores (tests/benchmarks/test_service_load.py): a MiniLM
+    question embedding took 1.34 s with the default pools and 0.10 s with one thread. A value the
+    operator set in the environment is kept.
+    """
+    import os
+
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 
 
 def cmd_serve(args: argparse.Namespace, config_loader=None) -> int:
+    _one_thread_per_request()
     import uvicorn
 
     from serving.app import create_app
 
     if config_loader is None:
         from corpusgraph.cli import _config as config_loader
-    settings = settings_from_args(args, config_loader(args))
-    if not settings.api_keys and args.host not in _LOOPBACK:
-        print(f"corpusgraph serve: warning: listening on {args.host} with no API key; anyone who can "
-              "reach this port can query the index (pass --api-key-file)", file=sys.stderr)
+    config = config_loader(args)
+    settings = settings_from_args(args, config)
+    host = args.host or config.serve.host
+    port = config.serve.port if args.port is None else args.port
+    if not settings.api_keys and host not in _LOOPBACK:
+        print(f"corpusgraph serve: warning: listening on {host} with no API key; anyone who can "
+              "reach this port can query every domain of the index (set serve.api_keys)", file=sys.stderr)
     # One worker: the app holds one engine (and maybe one model server) per process. The app
     # object, not an import string, so uvicorn cannot start a second copy of it.
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level,
                 timeout_graceful_shutdown=10)
     return 0

@@ -1,26 +1,37 @@
-"""Request dependencies: the settings, the loaded engine, and the API-key check.
+"""Request dependencies: the settings, the loaded engine, the caller and what the caller may see.
 
 Routes reach app state only through these, so a test can swap any of them with
-`app.dependency_overrides[...]`.
+`app.dependency_overrides[...]`. Every /v1 route takes `get_view`: the index as the caller's
+access domains allow (corpusgraph.query.access), so no route can read the full store by mistake.
 """
 
 from __future__ import annotations
 
-import hmac
+import asyncio
+from dataclasses import dataclass
 
-from fastapi import HTTPException, Request, Security
+from fastapi import Depends, Header, HTTPException, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from corpusgraph.query.engine import QueryEngine
+from corpusgraph.query.store import IndexStore
 from serving.engine import EngineHolder
-from serving.settings import ServiceSettings
+from serving.settings import ServiceSettings, key_domains
 
-__all__ = ["get_settings", "get_holder", "get_engine", "require_api_key"]
+__all__ = ["Caller", "get_settings", "get_holder", "get_engine", "require_api_key", "get_view"]
 
 # auto_error=False: a missing header is not an error when the service has no keys, and when it
 # has keys the 401 below names both ways to send one.
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <key>`, when the service has keys.")
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="`X-API-Key: <key>`, the same keys.")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking: the key's name (for logs) and the domains it may read (None: all)."""
+
+    name: str
+    domains: frozenset[str] | None
 
 
 def get_settings(request: Request) -> ServiceSettings:
@@ -43,17 +54,52 @@ def require_api_key(
     request: Request,
     bearer: HTTPAuthorizationCredentials | None = Security(_bearer),
     header_key: str | None = Security(_api_key),
-) -> None:
-    keys = request.app.state.settings.key_values()
-    if not keys:
-        return  # no keys configured: local use only (see ServiceSettings.api_keys)
-    offered = [k for k in (bearer.credentials if bearer else None, header_key) if k]
-    # compare_digest on every pair: the time taken does not tell a caller how much of a key matched.
-    if any(hmac.compare_digest(o.encode(), k.encode()) for o in offered for k in keys):
-        return
-    why = "wrong API key" if offered else "missing API key"
-    raise HTTPException(
-        401,
-        detail=f"{why}: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
-        headers={"WWW-Authenticate": "Bearer"},
-    )
+    narrow: str | None = Header(
+        None, alias="X-Access-Domains",
+        description="Comma-separated domains to narrow this request to; each must be one the key may read (else 403).",
+    ),
+) -> Caller:
+    settings: ServiceSettings = request.app.state.settings
+    if not settings.api_keys:
+        caller = Caller("anonymous", None)  # no keys configured: local use only (see ServiceSettings.api_keys)
+    else:
+        offered = [k for k in (bearer.credentials if bearer else None, header_key) if k]
+        keys = [k for k in (settings.find_key(o) for o in offered) if k is not None]
+        if not keys:
+            why = "wrong API key" if offered else "missing API key"
+            raise HTTPException(
+                401,
+                detail=f"{why}: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if len({k.name for k in keys}) > 1:
+            raise HTTPException(401, detail="two different API keys sent; send one",
+                                 headers={"WWW-Authenticate": "Bearer"})
+        caller = Caller(keys[0].name, key_domains(keys[0]))
+    if narrow is None:
+        return caller
+    wanted = frozenset(d.strip() for d in narrow.split(",") if d.strip())
+    if not wanted:
+        raise HTTPException(422, detail="X-Access-Domains names no domain; leave the header out to use all the key's")
+    refused = sorted(wanted - caller.domains) if caller.domains is not None else []
+    if refused:
+        raise HTTPException(403, detail=f"this API key may not read domain(s) {', '.join(refused)} (X-Access-Domains)")
+    return Caller(caller.name, wanted)
+
+
+async def get_view(
+    request: Request,
+    caller: Caller = Depends(require_api_key),
+    engine: QueryEngine = Depends(get_engine),
+) -> IndexStore:
+    """The index as this caller may see it; built once per domain set and kept (IndexStore.restricted).
+
+    The views of configured keys are built at start-up; one for a new X-Access-Domains set is a
+    pass over every table, so it runs on a thread under the request timeout (504 past it).
+    """
+    timeout = request.app.state.settings.request_timeout_s
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(engine.store.restricted, caller.domains), timeout)
+    except asyncio.TimeoutError:
+        raise HTTPException(504, detail=f"the index view for these domains took over {timeout:g} s "
+                            "(the service's request_timeout_s) to build; retry shortly") from None

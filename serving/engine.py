@@ -72,6 +72,11 @@ class EngineHolder:
         try:
             made: Any = factory(settings)
             engine = self._stack.enter_context(made) if isinstance(made, AbstractContextManager) else made
+            # Each key's view of the index is built now, so "ready" means every configured
+            # caller's first question pays nothing extra.
+            store = getattr(engine, "store", None)
+            for domains in sorted(settings.domain_sets(), key=sorted) if store is not None else ():
+                store.restricted(domains)
         except Exception as exc:  # the service stays up and says why on /readyz
             log.exception("could not open the query engine")
             self.error = f"{type(exc).__name__}: {exc}"

@@ -1,23 +1,31 @@
-"""What the query service serves and the limits it puts on callers.
+"""What the query service serves, who may ask, and the limits it puts on callers.
 
 The settings are plain values handed in by whoever starts the service (the `serve` command, a
 test, an embedding application); nothing here reads the environment. A config file is loaded
 with the `${VAR}` values the caller passes in `config_env`, or the caller passes a loaded
-`Config` and the file is never read here.
+`Config` and the file is never read here. Every default is the config's `serve` section's
+(corpusgraph.config.ServeSection), stated once there.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+import hmac
+from pathlib import Path
+from typing import Any
 
-from corpusgraph.config import Config, load_config
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from corpusgraph.config import Config, ServeKey, ServeSection, load_config
 from corpusgraph.query.engine import MAX_QUESTION_CHARS
 
-__all__ = ["ServiceSettings"]
+__all__ = ["ServiceSettings", "ServeKey", "ALL_DOMAINS", "read_key_file"]
 
-# QuerySection caps top_k_units and top_k_entities at 50; a caller's top_k above that would
-# fail the section's own validation, so the service never offers more.
-_TOP_K_CEILING = 50
+ALL_DOMAINS = "*"
+_SERVE = ServeSection()  # the defaults
+
+
+def _default(name: str) -> Any:
+    return getattr(_SERVE, name)
 
 
 class ServiceSettings(BaseModel):
@@ -33,36 +41,62 @@ class ServiceSettings(BaseModel):
         description="Values for ${VAR} in config_path. The CLI passes the process environment; "
         "nothing in the service reads it.",
     )
-    api_keys: list[SecretStr] = Field(
+    api_keys: list[ServeKey] = Field(
         default_factory=list,
-        description="Keys accepted as `Authorization: Bearer <key>` or `X-API-Key: <key>` on /v1/query. "
-        "Empty means no authentication at all: for local use only, on 127.0.0.1, never on an "
-        "interface others can reach.",
+        description="Keys accepted as `Authorization: Bearer <key>` or `X-API-Key: <key>` on /v1/*, each bound "
+        "to access domains. A plain string is a key for all domains. Empty means no authentication at all "
+        "and every domain open: for local use only, never on an interface others can reach.",
     )
     max_question_chars: int = Field(
-        MAX_QUESTION_CHARS, ge=1, le=MAX_QUESTION_CHARS,
-        description="Longer questions are refused with 422 (the engine's own limit is the ceiling).",
+        _default("max_question_chars"), ge=1, le=MAX_QUESTION_CHARS,
+        description="Longer questions are refused with 422 (the engine's limit is the ceiling).",
     )
     max_top_k: int = Field(
-        _TOP_K_CEILING, ge=1, le=_TOP_K_CEILING,
+        _default("max_top_k"), ge=1, le=50,
         description="Largest `top_k` (units for basic, seed entities for local) a request may ask for.",
     )
-    request_timeout_s: float = Field(
-        180.0, gt=0,
-        description="A question not answered within this many seconds gets 504. The bundled CPU model "
-        "on 2 cores takes 10-60 s per LLM call and global search makes several.",
-    )
-    max_concurrent_queries: int = Field(
-        4, ge=1,
-        description="Questions worked on at once (worker threads); later ones wait their turn, and a "
-        "wait counts against request_timeout_s.",
-    )
+    max_level: int = Field(_default("max_level"), ge=0, description="Largest community `level` a request may name.")
+    max_page_size: int = Field(_default("max_page_size"), ge=1, description="Most rows one listing returns.")
+    request_timeout_s: float = Field(_default("request_timeout_s"), gt=0,
+                                     description="A question not answered within this many seconds gets 504.")
+    max_concurrent_queries: int = Field(_default("max_concurrent_queries"), ge=1,
+                                        description="Questions worked on at once (worker threads).")
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _plain_keys_read_everything(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        return [
+            {"name": f"key-{i}", "key": k, "domains": [ALL_DOMAINS]} if isinstance(k, (str, SecretStr)) else k
+            for i, k in enumerate(value, 1)
+        ]
 
     @model_validator(mode="after")
-    def _one_config_source(self) -> "ServiceSettings":
+    def _check(self) -> "ServiceSettings":
         if self.config is None and not self.config_path:
             raise ValueError("give either config (a loaded Config) or config_path (a config file)")
+        values = [k.key.get_secret_value() for k in self.api_keys]
+        if len(set(values)) != len(values):
+            raise ValueError("the same API key is given twice; each key must be bound to one set of domains")
+        names = [k.name for k in self.api_keys]
+        if len(set(names)) != len(names):
+            raise ValueError(f"API key names must be distinct (they label logs and metrics): {sorted(names)}")
         return self
+
+    @classmethod
+    def from_config(cls, config: Config, **chosen: Any) -> "ServiceSettings":
+        """Settings from the config's `serve` section; `chosen` (e.g. command-line values) wins."""
+        serve = config.serve
+        keys = list(serve.api_keys)
+        if serve.api_key_file:
+            keys += read_key_file(serve.api_key_file)
+        fields = ("max_question_chars", "max_top_k", "max_level", "max_page_size", "request_timeout_s",
+                  "max_concurrent_queries")
+        values: dict[str, Any] = {name: getattr(serve, name) for name in fields}
+        values.update(chosen)
+        values["api_keys"] = keys + list(values.get("api_keys", []))
+        return cls(config=config, **values)
 
     def resolve_config(self) -> Config:
         """The configuration to serve: the one given, or config_path loaded now."""
@@ -70,5 +104,41 @@ class ServiceSettings(BaseModel):
             return self.config
         return load_config(self.config_path, self.config_overrides, env=self.config_env)
 
-    def key_values(self) -> list[str]:
-        return [key.get_secret_value() for key in self.api_keys]
+    def find_key(self, offered: str) -> ServeKey | None:
+        """The key matching `offered`, compared in constant time against every key (the time taken
+        does not tell a caller how much of a key matched, nor which key)."""
+        found = None
+        for key in self.api_keys:
+            if hmac.compare_digest(offered.encode(), key.key.get_secret_value().encode()):
+                found = key
+        return found
+
+    def domain_sets(self) -> set[frozenset[str]]:
+        """The distinct domain sets the keys are bound to (all-domain keys left out)."""
+        return {frozenset(k.domains) for k in self.api_keys if ALL_DOMAINS not in k.domains}
+
+
+def key_domains(key: ServeKey) -> frozenset[str] | None:
+    """The domains a key may read; None for all."""
+    return None if ALL_DOMAINS in key.domains else frozenset(key.domains)
+
+
+def read_key_file(path: str) -> list[ServeKey]:
+    """Keys from a file of `KEY DOMAIN[,DOMAIN...]` (or `KEY *`) lines; # starts a comment line.
+
+    A line without domains is refused: a key bound to nothing by mistake must not read everything.
+    Errors name the line, never the key.
+    """
+    keys = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise ValueError(f"{path}:{number}: expected `KEY DOMAIN[,DOMAIN...]` or `KEY *`")
+        domains = [d.strip() for d in parts[1].split(",") if d.strip()]
+        if not domains:
+            raise ValueError(f"{path}:{number}: no domains after the key")
+        keys.append(ServeKey(name=f"{Path(path).name}:{number}", key=parts[0], domains=domains))
+    return keys

@@ -1,15 +1,16 @@
-"""Liveness and readiness, for load balancers and Kubernetes probes.
+"""Liveness, readiness and metrics, for load balancers, Kubernetes probes and Prometheus.
 
-/healthz says the process answers; /readyz says whether it can answer questions yet. Neither
-needs an API key: probes carry none, and neither shows anything from the corpus.
+/healthz says the process answers; /readyz says whether it can answer questions yet; /metrics
+is the Prometheus exposition. None needs an API key: probes and scrapers carry none, and none
+shows anything from the corpus (row counts and request figures only).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from serving.deps import get_holder
@@ -57,3 +58,15 @@ async def readyz(holder: EngineHolder = Depends(get_holder)):
         headers = {"Retry-After": "5"} if holder.status == "loading" else None
         return JSONResponse(body.model_dump(), status_code=503, headers=headers)
     return body
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text exposition format"}},
+)
+async def metrics(request: Request) -> Response:
+    """Requests by route and status with latency histograms, answers' tokens, dollars and LLM
+    calls by method, and the index load time."""
+    return request.app.state.metrics.exposition()

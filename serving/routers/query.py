@@ -19,10 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from corpusgraph.query.answer import Answer
 from corpusgraph.query.engine import METHODS, QueryEngine
 from corpusgraph.query.store import IndexMissingError
-from serving.deps import get_engine, get_settings, require_api_key
+from serving.deps import Caller, get_engine, get_settings, require_api_key
 from serving.settings import ServiceSettings
 
-__all__ = ["build_router"]
+__all__ = ["build_router", "Problem"]
 
 # A tuple subscript spreads into the literal's values, so the engine's METHODS stay the one list.
 Method = Literal[METHODS]  # type: ignore[valid-type]
@@ -42,7 +42,8 @@ def build_router(settings: ServiceSettings) -> APIRouter:
         question: str = Field(..., min_length=1, max_length=settings.max_question_chars,
                               description="The question, in plain language.")
         method: Method = Field("auto", description="auto lets a rule-based router choose and say why.")
-        level: int | None = Field(None, ge=0, description="Community level for global search (the cost dial); "
+        level: int | None = Field(None, ge=0, le=settings.max_level,
+                                  description="Community level for global search (the cost dial); "
                                   "default from the config.")
         top_k: int | None = Field(None, ge=1, le=settings.max_top_k,
                                   description="Text units (basic) or seed entities (local) to retrieve; "
@@ -59,10 +60,10 @@ def build_router(settings: ServiceSettings) -> APIRouter:
         "/v1/query",
         response_model=Answer,
         summary="Answer a question with citations",
-        dependencies=[Depends(require_api_key)],
         responses={
             400: {"model": Problem, "description": "The engine refused the question"},
             401: {"model": Problem, "description": "Missing or wrong API key (only when keys are set)"},
+            403: {"model": Problem, "description": "X-Access-Domains names a domain the key may not read"},
             503: {"model": Problem, "description": "The index is still loading, or failed to load"},
             504: {"model": Problem, "description": "No answer within the service's request_timeout_s"},
         },
@@ -70,18 +71,18 @@ def build_router(settings: ServiceSettings) -> APIRouter:
     async def query(
         body: QueryRequest,
         request: Request,
+        caller: Caller = Depends(require_api_key),
         engine: QueryEngine = Depends(get_engine),
         settings: ServiceSettings = Depends(get_settings),
     ) -> Answer:
         """The answer, the method used (and why, for auto), citations down to text units and
-        documents, tokens and dollars. A model failure is reported in `error`, with whatever the
-        method could still say: the same Answer the CLI prints."""
-        if body.top_k is not None:
-            engine = _with_top_k(engine, body.top_k)
-        call = functools.partial(engine.ask, body.question, method=body.method, level=body.level)
+        documents, tokens and dollars, from only what the key's access domains allow. A model
+        failure is reported in `error`, with whatever the method could still say: the same Answer
+        the CLI prints."""
+        call = functools.partial(_ask, engine, caller.domains, body.question, body.method, body.level, body.top_k)
         work = asyncio.get_running_loop().run_in_executor(request.app.state.executor, call)
         try:
-            return await asyncio.wait_for(work, settings.request_timeout_s)
+            answer = await asyncio.wait_for(work, settings.request_timeout_s)
         except asyncio.TimeoutError:
             # A question still queued is cancelled; one already running cannot be stopped
             # (it is a thread) and finishes in the background, its answer dropped.
@@ -94,8 +95,20 @@ def build_router(settings: ServiceSettings) -> APIRouter:
             raise HTTPException(503, detail=str(exc)) from exc
         except ValueError as exc:  # the engine's own checks, e.g. a level it cannot use
             raise HTTPException(400, detail=str(exc)) from exc
+        request.app.state.metrics.observe_answer(answer)
+        return answer
 
     return router
+
+
+def _ask(engine: QueryEngine, domains, question: str, method: str, level: int | None, top_k: int | None) -> Answer:
+    """Blocking, on a worker thread: the caller's view (built on first use, so inside the
+    timeout), then the engine's answer over it."""
+    if domains is not None:
+        engine = engine.with_store(engine.store.restricted(domains))
+    if top_k is not None:
+        engine = _with_top_k(engine, top_k)
+    return engine.ask(question, method=method, level=level)
 
 
 def _with_top_k(engine: QueryEngine, top_k: int) -> QueryEngine:

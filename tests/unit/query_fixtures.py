@@ -8,6 +8,7 @@ a test can see the exact prompts a method built. Not a test module: pytest colle
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from datetime import datetime, timezone
@@ -165,55 +166,65 @@ def _write(warehouse: Path, name: str, rows: list[dict]) -> None:
     write_deltalake(table_path(str(warehouse), name), pa.Table.from_pylist(rows, schema=TABLES[name].schema))
 
 
+CLAIMS = [
+    dict(claim_id="k1", subject_id="e_iron", object_id="e_grey", type="POLLUTION", status="SUSPECTED",
+         description="Mine runoff from the company may spoil the bay.", start=None, end=None, unit_id="u8"),
+]
+
+
 def build_tiny_index(root: Path) -> tuple[str, str]:
-    """Write the Delta tables and FAISS files under `root`; returns (warehouse, index_dir)."""
+    """Write the Saltreach world's Delta tables and FAISS files under `root`; returns (warehouse, index_dir).
+    Every document is in domain "default"; d9 is marked deleted."""
+    return build_index(root, DOCS, ENTITIES, RELS, CLAIMS, COMMUNITIES, REPORTS,
+                       domains=dict.fromkeys(DOCS, "default"), deleted={"d9"})
+
+
+def build_index(root: Path, docs, entities, rels, claims, communities, reports, *, domains, deleted=frozenset()):
+    """Write a world (shaped like the module's constants) under `root`. A document `dX` has one
+    unit `uX`; `domains` maps each document id to its access domain."""
     from corpusgraph.query.vectors import write_index
 
     wh, index_dir = root / "warehouse", root / "faiss"
     now = datetime(2024, 1, 1, tzinfo=timezone.utc)
     _write(wh, "documents", [
         dict(doc_id=d, source_uri=f"file:///corpus/{d}.txt", title=title, text=text, content_hash=d,
-             access_domain="default", metadata="{}", ingested_at=now, deleted=(d == "d9"))
-        for d, (title, text) in DOCS.items()
+             access_domain=domains[d], metadata="{}", ingested_at=now, deleted=(d in deleted))
+        for d, (title, text) in docs.items()
     ])
     units = [
         dict(unit_id="u" + d[1:], doc_id=d, ordinal=0, text=text, n_tokens=count_tokens(text), char_start=0,
              char_end=len(text))
-        for d, (_, text) in DOCS.items()
+        for d, (_, text) in docs.items()
     ]
     _write(wh, "text_units", units)
-    degree = {e: sum(e in (s, t) for s, t, *_ in RELS.values()) for e in ENTITIES}
+    degree = {e: sum(e in (s, t) for s, t, *_ in rels.values()) for e in entities}
     _write(wh, "entities", [
         dict(entity_id=e, title=t, type=ty, description=de, aliases=[], unit_ids=u, frequency=len(u), degree=degree[e])
-        for e, (t, ty, de, u) in ENTITIES.items()
+        for e, (t, ty, de, u) in entities.items()
     ])
     _write(wh, "relationships", [
         dict(rel_id=r, source_id=s, target_id=t, description=de, weight=w, unit_ids=u)
-        for r, (s, t, de, w, u) in RELS.items()
+        for r, (s, t, de, w, u) in rels.items()
     ])
-    _write(wh, "claims", [
-        dict(claim_id="k1", subject_id="e_iron", object_id="e_grey", type="POLLUTION", status="SUSPECTED",
-             description="Mine runoff from the company may spoil the bay.", start=None, end=None, unit_id="u8"),
-    ])
+    _write(wh, "claims", claims)
     _write(wh, "communities", [
         dict(community_id=c, level=lvl, parent_id=p, entity_ids=es, unit_ids=us, size=len(es), graph_version="g1",
-             modularity=0.4, rel_ids=[r for r, (s, t, *_) in RELS.items() if s in es and t in es])
-        for c, (lvl, p, es, us) in COMMUNITIES.items()
+             modularity=0.4, rel_ids=[r for r, (s, t, *_) in rels.items() if s in es and t in es])
+        for c, (lvl, p, es, us) in communities.items()
     ])
     _write(wh, "community_reports", [
-        dict(community_id=c, level=COMMUNITIES[c][0], title=t, summary=s, rating=rt, rating_explanation="",
+        dict(community_id=c, level=communities[c][0], title=t, summary=s, rating=rt, rating_explanation="",
              findings=[{"summary": a, "explanation": b} for a, b in _FINDINGS], built_from="entities",
              status="ok", error=None, model="test", tokens_in=0, tokens_out=0)
-        for c, (t, s, rt) in REPORTS.items()
+        for c, (t, s, rt) in reports.items()
     ])
     write_index(str(index_dir), "text_unit", [u["unit_id"] for u in units], fake_embed([u["text"] for u in units]),
                 FakeEmbedder.model)
-    entity_texts = [f"{t}: {de}" for t, _, de, _ in ENTITIES.values()]
-    write_index(str(index_dir), "entity", list(ENTITIES), fake_embed(entity_texts), FakeEmbedder.model)
-    write_index(str(index_dir), "community_report", list(REPORTS), fake_embed([s for _, s, _ in REPORTS.values()]),
+    entity_texts = [f"{t}: {de}" for t, _, de, _ in entities.values()]
+    write_index(str(index_dir), "entity", list(entities), fake_embed(entity_texts), FakeEmbedder.model)
+    write_index(str(index_dir), "community_report", list(reports), fake_embed([s for _, s, _ in reports.values()]),
                 FakeEmbedder.model)
     return str(wh), str(index_dir)
-
 
 
 def make_engine(store, chat, **section):
@@ -222,3 +233,102 @@ def make_engine(store, chat, **section):
 
     return QueryEngine(store, chat, FakeEmbedder(), QuerySection(**section), REPO / "conf",
                        usd_per_1k_in=1.0, usd_per_1k_out=2.0)
+
+
+# -- two access domains: the Saltreach world is "public"; a "vault" domain holds secrets ----------
+#
+# Vault documents hold facts found nowhere in the public ones. Some of the graph mixes the two the
+# way a real extraction would: Port Keel is also named in a vault document (so the merged entity,
+# its edges and every community holding it mix domains), a vault document supports an edge between
+# two public entities and a claim about one, and the level-0 Lumen community takes in the cartel.
+VAULT_DOCS = {
+    "dv_ledger": ("Cartel ledger", "Corvin Thale leads the Obsidian Cartel. The cartel hides its gold in the "
+                  "Zephyrine Vault, whose door code is QX-7731."),
+    "dv_bribe": ("Harbour bribes", "The Obsidian Cartel bribed the harbour master of Port Keel with moonpearls."),
+    "dv_crates": ("Smuggling route", "Cartel gold travels from the Lumen Guild to the Iron Coast Company hidden "
+                  "in copper crates marked QX-7731."),
+}
+VAULT_ENTITIES = {
+    "ev_corvin": ("Corvin Thale", "PERSON", "Leader of the Obsidian Cartel.", ["uv_ledger"]),
+    "ev_cartel": ("Obsidian Cartel", "ORGANIZATION", "Smugglers who bribe with moonpearls and hide gold.",
+                  ["uv_ledger", "uv_bribe", "uv_crates"]),
+    "ev_vault": ("Zephyrine Vault", "LOCATION", "Cartel vault; door code QX-7731.", ["uv_ledger"]),
+}
+VAULT_RELS = {
+    "rv_leads": ("ev_corvin", "ev_cartel", "Corvin Thale leads the Obsidian Cartel.", 3.0, ["uv_ledger"]),
+    "rv_hides": ("ev_cartel", "ev_vault", "The cartel hides gold in the Zephyrine Vault (code QX-7731).", 2.0,
+                 ["uv_ledger"]),
+    "rv_bribes": ("ev_cartel", "e_port", "The cartel bribes Port Keel's harbour master with moonpearls.", 2.0,
+                  ["uv_bribe"]),
+    # Both ends public, the evidence from the vault.
+    "rv_smuggle": ("e_lumen", "e_iron", "Cartel gold moves from the guild to the company in crates QX-7731.", 5.0,
+                   ["uv_crates"]),
+}
+VAULT_CLAIMS = [
+    dict(claim_id="kv_launder", subject_id="e_iron", object_id=None, type="SMUGGLING", status="SUSPECTED",
+         description="The company moves Obsidian Cartel gold in copper crates QX-7731.", start=None, end=None,
+         unit_id="uv_crates"),
+]
+# Strings (lower case) and ids a public-only key must never see in any response.
+VAULT_SECRETS = ("qx-7731", "moonpearl", "zephyrine", "obsidian", "corvin", "cartel", "vault", "smuggl")
+
+
+def two_domain_world():
+    """(docs, entities, rels, claims, communities, reports, domains) of the public + vault index."""
+    docs = {**DOCS, **VAULT_DOCS}
+    entities = dict(ENTITIES)
+    title, kind, description, units = entities["e_port"]
+    # The merged Port Keel carries vault text: it mixes domains.
+    entities["e_port"] = (title, kind, description + " Its harbour master takes moonpearls.", units + ["uv_bribe"])
+    entities.update(VAULT_ENTITIES)
+    rels = {**RELS, **VAULT_RELS}
+    communities = dict(COMMUNITIES)
+    level, parent, members, units = communities["c0a"]
+    communities["c0a"] = (level, parent, members + ["ev_cartel"], units + ["uv_bribe"])  # mixed
+    communities.update({
+        "cv_vault": (0, None, ["ev_corvin", "ev_vault"], ["uv_ledger"]),
+        "cv_inner": (1, "cv_vault", ["ev_corvin", "ev_vault"], ["uv_ledger"]),
+    })
+    reports = dict(REPORTS)
+    reports["c0a"] = ("Lanterns and the Obsidian Cartel", "The guild, the harbour and the cartel's moonpearl bribes.", 8.0)
+    reports.update({
+        "cv_vault": ("The Zephyrine Vault", "Corvin Thale's cartel keeps its gold behind door code QX-7731.", 9.5),
+        "cv_inner": ("Vault keepers", "Corvin Thale alone knows the Zephyrine Vault code QX-7731.", 9.0),
+    })
+    domains = {**dict.fromkeys(DOCS, "public"), **dict.fromkeys(VAULT_DOCS, "vault")}
+    return docs, entities, rels, CLAIMS + VAULT_CLAIMS, communities, reports, domains
+
+
+def build_two_domain_index(root: Path) -> tuple[str, str]:
+    docs, entities, rels, claims, communities, reports, domains = two_domain_world()
+    return build_index(root, docs, entities, rels, claims, communities, reports, domains=domains, deleted={"d9"})
+
+
+class EchoChat(ScriptedChat):
+    """A model that repeats everything it is shown: a plain answer is the prompt itself, and a JSON
+    answer fills its schema with the prompt (every string is the prompt, every number the top of
+    its range). Whatever reaches the model reaches the response body, so a search of the body
+    finds any leak into a context, whichever method built it."""
+
+    def complete(self, requests):
+        self.batches.append(list(requests))
+        out = []
+        for r in requests:
+            prompt = r.messages[-1]["content"]
+            text = json.dumps(_fill_schema(r.json_schema, prompt)) if r.json_schema else prompt
+            out.append(ChatResult(id=r.id, text=text, tokens_in=100, tokens_out=10))
+        return out
+
+
+def _fill_schema(schema: dict, text: str):
+    kind = schema.get("type")
+    if kind == "object":
+        return {name: _fill_schema(sub, text) for name, sub in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        return [_fill_schema(schema.get("items") or {}, text)]
+    if kind in ("integer", "number"):
+        top = schema.get("maximum", 90)
+        return int(top) if kind == "integer" else float(top)
+    if kind == "boolean":
+        return True
+    return (schema.get("enum") or [text])[0]

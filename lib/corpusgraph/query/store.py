@@ -9,9 +9,10 @@ rows load in about a second. Larger corpora will want lazier structures (a later
 from __future__ import annotations
 
 import re
+import threading
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from corpusgraph.tables import table_path
 
@@ -24,6 +25,12 @@ _REQUIRED = ("documents", "text_units", "entities", "relationships", "communitie
 # Claims extraction is optional in the pipeline; without the table local search has no claims.
 _OPTIONAL = ("claims",)
 _VECTOR_KINDS = ("text_unit", "entity")
+# Restricted views kept per store (one per distinct domain set asked for); the oldest is dropped
+# beyond this, so callers inventing domain sets cannot grow memory without bound.
+_MAX_VIEWS = 64
+# Views are built rarely (once per domain set); one lock for all stores keeps it simple, and a
+# store assembled without __init__ (a benchmark's synthetic one) can still make views.
+_VIEWS_LOCK = threading.Lock()
 # Entity names are matched as word n-grams of the question; longer names are rare and this
 # bounds the work per question regardless of how many entities there are.
 _MAX_NAME_WORDS = 8
@@ -59,7 +66,13 @@ class IndexStore:
     `claims`, `communities`, `reports`; and derived maps `adjacency` (entity id -> rel ids),
     `entity_claims` (entity id -> claim ids), `entity_communities` (entity id -> community ids),
     `reports_by_level` (level -> community ids) and `names` (normalised title or alias -> ids).
+    `unit_domain` maps every unit, those of deleted documents too, to its document's access domain.
+
+    `domains` is None: this store is the whole index. `restricted(domains)` gives the part built
+    only from documents in those domains (access.py), an IndexStore of its own.
     """
+
+    domains: frozenset[str] | None = None
 
     def __init__(self, warehouse: str, index_dir: str, *, load_vectors: bool = True):
         self.warehouse = warehouse
@@ -78,9 +91,12 @@ class IndexStore:
         # A document marked deleted must not be cited, nor its units shown.
         deleted = {d["doc_id"] for d in docs if d.get("deleted")}
         self.docs: dict[str, dict] = {d["doc_id"]: d for d in docs if d["doc_id"] not in deleted}
-        self.units: dict[str, dict] = {
-            u["unit_id"]: u for u in _read_table(wh, "text_units").to_pylist() if u["doc_id"] not in deleted
-        }
+        units = _read_table(wh, "text_units").to_pylist()
+        # Deleted documents' units too: an entity merged from one still carries its text, so an
+        # access check must know that unit's domain. A unit of no known document has none.
+        domain_of_doc = {d["doc_id"]: d.get("access_domain") for d in docs}
+        self.unit_domain: dict[str, str | None] = {u["unit_id"]: domain_of_doc.get(u["doc_id"]) for u in units}
+        self.units: dict[str, dict] = {u["unit_id"]: u for u in units if u["doc_id"] not in deleted}
         self.entities: dict[str, dict] = {e["entity_id"]: e for e in _read_table(wh, "entities").to_pylist()}
         self.relationships: dict[str, dict] = {
             r["rel_id"]: r for r in _read_table(wh, "relationships").to_pylist()
@@ -200,6 +216,27 @@ class IndexStore:
 
     def report_levels(self) -> list[int]:
         return sorted(self.reports_by_level)
+
+    def restricted(self, domains: Iterable[str] | None) -> IndexStore:
+        """The part of this index built only from documents in `domains` (access.py); None: all.
+
+        Built on first use and kept, one per domain set, so each set pays the pass over the
+        tables once. A view of a view narrows to the domains both allow.
+        """
+        if domains is None:
+            return self
+        key = frozenset(domains)
+        with _VIEWS_LOCK:  # one build per set even when several requests ask at once
+            views: dict[frozenset[str], IndexStore] = self.__dict__.setdefault("_views", {})
+            view = views.get(key)
+            if view is None:
+                from corpusgraph.query.access import restrict
+
+                view = restrict(self, key)
+                if len(views) >= _MAX_VIEWS:
+                    views.pop(next(iter(views)))
+                views[key] = view
+        return view
 
     def __repr__(self) -> str:
         return (

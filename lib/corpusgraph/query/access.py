@@ -1,0 +1,161 @@
+"""Access domains: the part of an index a caller may see, as a store of its own.
+
+Every document carries an `access_domain` and an API key is bound to a set of domains. What the
+index built from text is visible to a key only when *all* the text behind it lies in the key's
+domains, because a merged description or a community report may quote any of its sources:
+
+- documents and text units: the document's domain is allowed;
+- entities: every unit in `unit_ids` is allowed (an entity with no units is hidden: fail closed);
+- relationships: every unit allowed and both ends visible entities;
+- claims: the unit allowed and every entity it names visible;
+- communities and their reports: every member entity, every relationship and every unit visible;
+  one whose parent is hidden shows no parent (it is a root of the view). A community that mixes
+  domains is hidden whole, report and all, since a report's text cannot be split by domain.
+  Global search over a level whose communities mostly mix domains therefore has few reports to
+  map; index each domain apart when that matters;
+- vector search: the shared FAISS index, asked for more hits than wanted and filtered to the
+  view, asking for more until k visible hits are found or the index is exhausted.
+
+A view is an `IndexStore` (same attributes, lookups and methods), so basic, local, global and
+drift search run on it unchanged. `IndexStore.restricted(domains)` builds one per domain set and
+keeps it; rows are shared with the full store, only the id maps are new.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Collection, Iterable
+
+from corpusgraph.query.store import IndexStore
+
+__all__ = ["RestrictedStore", "VisibleVectors", "restrict"]
+
+log = logging.getLogger(__name__)
+
+# First fetch is this many times k; each refill fetches this many times more.
+_OVERFETCH = 4
+
+
+class VisibleVectors:
+    """A loaded VectorIndex that only ever answers with ids of one view."""
+
+    def __init__(self, index, visible: Collection[str]):
+        self._index = index
+        self._visible = visible
+        self._count = sum(1 for i in index.ids if i in visible)
+        self.kind = index.kind
+        self.model = index.model
+        self.dim = index.dim
+
+    @property
+    def ids(self) -> list[str]:
+        return [i for i in self._index.ids if i in self._visible]
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __repr__(self) -> str:
+        return f"VisibleVectors({self._index!r}, visible={self._count})"
+
+    def search(self, query_vectors, k: int) -> list[list[tuple[str, float]]]:
+        """Top-k visible (id, cosine) per query row, best first, as VectorIndex.search."""
+        if k < 1:
+            raise ValueError("k must be >= 1")
+        total = len(self._index)
+        fetch = min(k * _OVERFETCH, total) or 1
+        while True:
+            raw = self._index.search(query_vectors, fetch)
+            rows = [[hit for hit in row if hit[0] in self._visible][:k] for row in raw]
+            if fetch >= total or all(len(row) >= min(k, self._count) for row in rows):
+                return rows
+            fetch = min(fetch * _OVERFETCH, total)
+
+
+class RestrictedStore(IndexStore):
+    """The rows of `base` that only `domains` contributed to; built by `restrict`."""
+
+    def __init__(self, base: IndexStore, domains: frozenset[str]):  # no super().__init__: it reads tables
+        self.base = base
+        self.domains = domains
+        self.warehouse = base.warehouse
+        self.index_dir = base.index_dir
+        self._vectors = {}
+        _select(self, base, domains)
+        self._build_lookups()
+
+    def vectors(self, kind: str):
+        if kind not in self._vectors:
+            visible = {
+                "text_unit": self.units,
+                "entity": self.entities,
+                "relationship": self.relationships,
+                "claim": self.claims,
+                "community": self.communities,
+                "community_report": self.reports,
+                "document": self.docs,
+            }.get(kind)
+            if visible is None:  # a kind this module does not know: show none of it
+                log.warning("vector kind %r has no access rule; a restricted view returns no hits", kind)
+                visible = {}
+            self._vectors[kind] = VisibleVectors(self.base.vectors(kind), visible)
+        return self._vectors[kind]
+
+    def restricted(self, domains: Iterable[str] | None) -> IndexStore:
+        # Narrow from the full store, so the cache holds one view per set however it was reached.
+        return self if domains is None else self.base.restricted(self.domains & frozenset(domains))
+
+    def __repr__(self) -> str:
+        return f"RestrictedStore({sorted(self.domains)}: " + super().__repr__().split(": ", 1)[1]
+
+
+def _all_in(ids: Iterable[str] | None, allowed: Collection[str]) -> bool:
+    ids = list(ids or ())
+    return bool(ids) and all(i in allowed for i in ids)
+
+
+def _select(view: RestrictedStore, base: IndexStore, domains: frozenset[str]) -> None:
+    """Fill the view's tables from base by the rules in the module docstring."""
+    allowed_units = {u for u, d in base.unit_domain.items() if d in domains}
+    view.unit_domain = {u: base.unit_domain[u] for u in allowed_units}
+    view.docs = {k: d for k, d in base.docs.items() if d.get("access_domain") in domains}
+    view.units = {k: u for k, u in base.units.items() if k in allowed_units}
+    entities = {k: e for k, e in base.entities.items() if _all_in(e.get("unit_ids"), allowed_units)}
+    view.relationships = {
+        k: r
+        for k, r in base.relationships.items()
+        if r["source_id"] in entities and r["target_id"] in entities and _all_in(r.get("unit_ids"), allowed_units)
+    }
+    view.claims = {
+        k: c
+        for k, c in base.claims.items()
+        if c.get("unit_id") in allowed_units
+        and all(c.get(end) in entities for end in ("subject_id", "object_id") if c.get(end))
+    }
+    # Degree as the view sees it: the full graph's count would say how many hidden edges exist.
+    degree: dict[str, int] = dict.fromkeys(entities, 0)
+    for rel in view.relationships.values():
+        degree[rel["source_id"]] += 1
+        if rel["target_id"] != rel["source_id"]:
+            degree[rel["target_id"]] += 1
+    view.entities = {k: e if e.get("degree") == degree[k] else {**e, "degree": degree[k]} for k, e in entities.items()}
+    communities = {
+        k: c
+        for k, c in base.communities.items()
+        if _all_in(c.get("entity_ids"), view.entities)
+        and all(r in view.relationships for r in c.get("rel_ids") or ())
+        and all(u in allowed_units for u in c.get("unit_ids") or ())
+    }
+    # A visible community under a hidden one becomes a root: its parent's id is not the view's to
+    # show, and a walk down from the roots (dynamic community selection) must still reach it.
+    view.communities = {
+        k: c if c.get("parent_id") is None or c["parent_id"] in communities else {**c, "parent_id": None}
+        for k, c in communities.items()
+    }
+    view.reports = {k: r for k, r in base.reports.items() if k in view.communities}
+
+
+def restrict(store: IndexStore, domains: Iterable[str]) -> RestrictedStore:
+    """The view of `store` for a caller allowed `domains` (uncached; use store.restricted)."""
+    base = store.base if isinstance(store, RestrictedStore) else store
+    allowed = frozenset(domains) if not isinstance(store, RestrictedStore) else store.domains & frozenset(domains)
+    return RestrictedStore(base, allowed)

@@ -1,0 +1,252 @@
+"""Access domains: a key bound to some domains never sees what other domains' documents built.
+
+The index (query_fixtures.two_domain_world) holds the public Saltreach world and a "vault" domain
+of secrets, mixed into the graph the way extraction mixes them: a public entity also named in a
+vault document, a vault document behind an edge between public entities and behind a claim, a
+community that takes in a vault entity. The view rules are checked table by table, then a
+public-only key tries every endpoint and every method against a model that echoes its whole
+prompt into the answer, and no response body and no prompt may hold a vault string or the id of
+anything vault text went into. The same requests with a vault key do show the secrets, so the
+search would find a leak.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from corpusgraph.config import Config
+from corpusgraph.query.engine import METHODS
+from tests.unit.query_fixtures import VAULT_SECRETS, EchoChat, build_two_domain_index, fake_embed, make_engine
+
+pytestmark = pytest.mark.unit
+
+PUBLIC, VAULT, ADMIN = "pub-key-1", "vault-key-2", "admin-key-3"
+# Everything vault text went into: vault rows, and the public rows that mix it in.
+HIDDEN_FROM_PUBLIC = {
+    "docs": {"dv_ledger", "dv_bribe", "dv_crates"},
+    "units": {"uv_ledger", "uv_bribe", "uv_crates"},
+    "entities": {"ev_corvin", "ev_cartel", "ev_vault", "e_port"},
+    "relationships": {"rv_leads", "rv_hides", "rv_bribes", "rv_smuggle", "r3", "r9"},
+    "claims": {"kv_launder"},
+    "communities": {"cv_vault", "cv_inner", "c0a", "c1b"},
+}
+HIDDEN_IDS = set().union(*HIDDEN_FROM_PUBLIC.values())
+QUESTIONS = (
+    "What is the door code of the Zephyrine Vault?",
+    "Who leads the Obsidian Cartel and who did Corvin Thale bribe in Port Keel?",
+    "What are the main themes across the corpus?",
+    "How does copper travel between the Lumen Guild and the Iron Coast Company?",
+)
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    from corpusgraph.query.store import IndexStore
+
+    return IndexStore(*build_two_domain_index(tmp_path_factory.mktemp("two-domains")))
+
+
+@pytest.fixture(scope="module")
+def service(full):
+    from serving import ServiceSettings, create_app
+
+    chat = EchoChat()
+    keys = [{"name": "public-app", "key": PUBLIC, "domains": ["public"]},
+            {"name": "vault-app", "key": VAULT, "domains": ["vault"]},
+            {"name": "admin", "key": ADMIN, "domains": ["*"]}]
+    app = create_app(ServiceSettings(config=Config(), api_keys=keys), engine_factory=lambda _s: make_engine(full, chat))
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 30
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, "the service never became ready"
+            time.sleep(0.02)
+        yield client, chat
+
+
+# -- the view, table by table ----------------------------------------------------------------------
+
+
+def _ids(store) -> dict[str, set[str]]:
+    return {name: set(getattr(store, name)) for name in HIDDEN_FROM_PUBLIC} | {"reports": set(store.reports)}
+
+
+def test_the_public_view_holds_only_what_public_documents_alone_built(full):
+    view = full.restricted({"public"})
+    whole = _ids(full)
+    for table, hidden in HIDDEN_FROM_PUBLIC.items():
+        assert _ids(view)[table] == whole[table] - hidden, table
+    assert set(view.reports) == {"c0b", "c1a", "c1c"}  # c1d has no report; c0a and c1b mix domains
+    assert view.report_levels() == [0, 1] and view.reports_by_level[0] == ["c0b"]
+    # Degree is what the view can see: rv_smuggle (vault evidence) no longer counts for the company.
+    assert full.degree("e_iron") == 4 and view.degree("e_iron") == 3
+    assert "kv_launder" not in view.entity_claims.get("e_iron", []) and view.entity_claims["e_iron"] == ["k1"]
+    assert view.match_names("Corvin Thale and Port Keel") == [] and full.match_names("Corvin Thale") == ["ev_corvin"]
+    # c1a's parent c0a is hidden, so c1a is a root of the view rather than a pointer to it.
+    assert full.communities["c1a"]["parent_id"] == "c0a" and view.communities["c1a"]["parent_id"] is None
+
+
+def test_the_vault_view_and_an_all_domain_view(full):
+    vault = full.restricted({"vault"})
+    assert set(vault.entities) == {"ev_corvin", "ev_cartel", "ev_vault"}  # Port Keel mixes domains
+    assert set(vault.relationships) == {"rv_leads", "rv_hides"} and set(vault.reports) == {"cv_vault", "cv_inner"}
+    assert set(vault.docs) == {"dv_ledger", "dv_bribe", "dv_crates"} and not vault.claims
+    both = full.restricted({"public", "vault"})
+    assert _ids(both) == _ids(full)  # nothing is hidden from a key that reads every domain
+    assert full.restricted(None) is full
+
+
+def test_views_are_built_once_per_domain_set_and_narrow(full):
+    view = full.restricted(["public"])
+    assert full.restricted({"public"}) is view  # cached by the set, whatever the iterable
+    both = full.restricted({"public", "vault"})
+    assert both.restricted({"public", "elsewhere"}) is view  # a view of a view narrows from the full store
+    assert set(full.restricted({"nobody"}).entities) == set()
+
+
+def test_vector_search_returns_only_visible_hits_and_still_fills_k(full):
+    view = full.restricted({"public"})
+    question = fake_embed(["Obsidian Cartel gold Zephyrine Vault door code QX-7731 moonpearls"])
+    top = [i for i, _ in full.vectors("text_unit").search(question, 3)[0]]
+    assert set(top) & HIDDEN_FROM_PUBLIC["units"]  # the nearest units are vault ones
+    hits = view.vectors("text_unit").search(question, 3)[0]
+    assert len(hits) == 3 and not {i for i, _ in hits} & HIDDEN_FROM_PUBLIC["units"]
+    scores = [s for _, s in hits]
+    assert scores == sorted(scores, reverse=True)
+    assert len(view.vectors("entity")) == len(view.entities) and set(view.vectors("entity").ids) == set(view.entities)
+    everything = view.vectors("text_unit").search(np.stack([question[0], question[0]]), 50)
+    assert [len(row) for row in everything] == [len(view.units)] * 2
+
+
+def test_each_keys_view_is_built_before_the_service_says_ready(full):
+    from corpusgraph.query.store import IndexStore
+    from serving import ServiceSettings, create_app
+
+    fresh = IndexStore(full.warehouse, full.index_dir)
+    keys = [{"name": "p", "key": "k1", "domains": ["public"]}, {"name": "b", "key": "k2", "domains": ["vault", "public"]},
+            {"name": "a", "key": "k3", "domains": ["*"]}]
+    app = create_app(ServiceSettings(config=Config(), api_keys=keys),
+                     engine_factory=lambda _s: make_engine(fresh, EchoChat()))
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 30
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert set(fresh._views) == {frozenset({"public"}), frozenset({"public", "vault"})}
+
+
+# -- the service, attacked with a public key ---------------------------------------------------------
+
+
+def _leaks(text: str) -> list[str]:
+    for question in QUESTIONS:  # the echo repeats the caller's own words, which prove nothing
+        text = text.replace(question, "")
+    low = text.lower()
+    return [s for s in VAULT_SECRETS if s in low] + [i for i in HIDDEN_IDS if i in text]
+
+
+def _body(response) -> str:
+    """The body without `question`: a caller's own words come back to it and prove nothing."""
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text
+    if isinstance(data, dict):
+        data.pop("question", None)
+    return json.dumps(data)
+
+
+def _ask_everything(client, key: str) -> list[tuple[str, int, str]]:
+    """Every method x question x level, and a wide top_k: (label, status, body)."""
+    out = []
+    for method in METHODS:
+        for question in QUESTIONS:
+            for extra in ({}, {"level": 0}, {"level": 1}, {"top_k": 50}):
+                r = client.post("/v1/query", json={"question": question, "method": method, **extra},
+                                headers={"Authorization": f"Bearer {key}"})
+                out.append((f"{method} {extra} {question}", r.status_code, _body(r)))
+    return out
+
+
+def test_no_method_leaks_another_domain_into_answers_citations_or_prompts(service, full):
+    client, chat = service
+    before = len(chat.batches)
+    answers = _ask_everything(client, PUBLIC)
+    assert {status for _, status, _ in answers} == {200}
+    leaks = {label: _leaks(body) for label, _, body in answers if _leaks(body)}
+    assert not leaks, leaks
+    prompts = [r.messages[-1]["content"] for batch in chat.batches[before:] for r in batch]
+    assert prompts and not [p for p in prompts if _leaks(p)]
+    # The public key was answered from public material: the echo carries public facts and citations.
+    local = json.loads(next(b for label, _, b in answers if label.startswith("local {}")))
+    assert "Lumen Guild" in local["answer"] and local["citations"]
+    assert all(c["doc_id"] in full.restricted({"public"}).docs for _, _, b in answers
+               for c in json.loads(b).get("citations", []))
+
+
+def test_the_same_attack_with_the_vault_key_finds_the_secrets(service):
+    """The control: the search above can fail. The vault key's answers hold vault facts."""
+    client, _ = service
+    found: dict[str, set[str]] = {method: set() for method in METHODS}
+    for label, status, body in _ask_everything(client, VAULT):
+        assert status == 200
+        found[label.split()[0]].update(_leaks(body))
+    for method, secrets in found.items():  # every method, drift and dynamic global included, reads the vault
+        assert {"qx-7731", "zephyrine", "corvin"} <= secrets, (method, secrets)
+    assert "dv_ledger" in found["basic"]  # a vault citation
+    assert client.get("/v1/entities/ev_vault", headers={"X-API-Key": VAULT}).status_code == 200
+
+
+def _same_404(client, path: str, hidden_id: str, key: str = PUBLIC) -> None:
+    r = client.get(path.format(hidden_id), headers={"X-API-Key": key})
+    never = client.get(path.format("never-existed"), headers={"X-API-Key": key})
+    assert r.status_code == never.status_code == 404
+    assert r.json()["detail"].replace(hidden_id, "never-existed") == never.json()["detail"]  # no tell-tale difference
+
+
+def test_entities_and_communities_endpoints_show_nothing_of_the_vault(service, full):
+    client, _ = service
+    bodies = []
+    for eid in full.entities:
+        if eid in HIDDEN_FROM_PUBLIC["entities"]:
+            _same_404(client, "/v1/entities/{}", eid)
+        else:
+            r = client.get(f"/v1/entities/{eid}", params={"limit": 200}, headers={"X-API-Key": PUBLIC})
+            assert r.status_code == 200
+            bodies.append((eid, r.text))
+    for cid in full.communities:
+        if cid in HIDDEN_FROM_PUBLIC["communities"]:
+            _same_404(client, "/v1/communities/{}", cid)
+        else:
+            r = client.get(f"/v1/communities/{cid}", headers={"X-API-Key": PUBLIC})
+            assert r.status_code == 200
+            bodies.append((cid, r.text))
+    for params in ({}, {"level": 0}, {"level": 1}, {"level": 2}, {"limit": 200}):
+        r = client.get("/v1/communities", params=params, headers={"X-API-Key": PUBLIC})
+        assert r.status_code == 200
+        bodies.append((str(params), r.text))
+    for path in ("/readyz", "/metrics", "/healthz"):
+        bodies.append((path, client.get(path).text))
+    leaks = {label: _leaks(text) for label, text in bodies if _leaks(text)}
+    assert not leaks, leaks
+
+    iron = client.get("/v1/entities/e_iron", headers={"X-API-Key": PUBLIC}).json()
+    assert iron["entity"]["degree"] == 3 and {c["claim_id"] for c in iron["claims"]} == {"k1"}
+    assert {n["entity_id"] for n in iron["neighbours"]} == {"e_lumen", "e_ilsa", "e_grey"}
+    level0 = client.get("/v1/communities", params={"level": 0}, headers={"X-API-Key": PUBLIC}).json()
+    assert [c["community_id"] for c in level0["communities"]] == ["c0b"] and level0["levels"] == [0, 1]
+
+
+def test_asking_for_a_domain_the_key_lacks_is_403_and_says_only_that(service):
+    client, _ = service
+    r = client.get("/v1/communities", headers={"X-API-Key": PUBLIC, "X-Access-Domains": "public,vault"})
+    assert r.status_code == 403
+    assert r.json() == {"detail": "this API key may not read domain(s) vault (X-Access-Domains)"}
+    narrowed = client.get("/v1/communities", headers={"X-API-Key": ADMIN, "X-Access-Domains": "public"}).json()
+    assert {c["community_id"] for c in narrowed["communities"]} == {"c0b", "c1a", "c1c", "c1d"}
+    assert client.get("/v1/entities/ev_vault", headers={"X-API-Key": ADMIN}).status_code == 200
+    assert client.get("/v1/entities/e_mara", headers={"X-API-Key": "guess"}).status_code == 401
