@@ -186,3 +186,24 @@ def test_modularity_matches_igraph():
 def test_bad_input_is_refused(edges, weights):
     with pytest.raises(ValueError):
         hierarchical_leiden(3, edges, weights, max_cluster_size=10, seed=0, max_levels=2)
+
+
+def test_one_run_over_disjoint_groups_keeps_each_groups_own_modularity():
+    # Group 0: two 6-cliques joined by one edge. Group 1: a dense 120-node clique, whose edge
+    # weight dwarfs group 0's. With one modularity over the union, group 0's null-model
+    # penalty would be negligible and its two cliques would merge; scaled per group, group 0
+    # splits exactly as it does on its own.
+    from corpusgraph.graph.leiden import _leiden
+
+    n_small, small = cliques([6, 6])
+    big = np.array(clique_edges(n_small, 120), dtype=np.int64)
+    n = n_small + 120
+    e, w = normalise_edges(n, np.concatenate([small, big]), None)
+    group = np.array([0] * n_small + [1] * 120, dtype=np.int64)
+    labels = _leiden(n, e, w, group, seed=3, resolution=1.0, n_iterations=2)
+    assert len(set(labels[:6].tolist())) == 1 and len(set(labels[6:12].tolist())) == 1
+    assert labels[0] != labels[6]
+    assert not set(labels[:n_small].tolist()) & set(labels[n_small:].tolist())  # never across groups
+
+    alone = _leiden(n_small, *normalise_edges(n_small, small, None), np.zeros(n_small, dtype=np.int64), 3, 1.0, 2)
+    assert len(set(alone.tolist())) == 2

@@ -191,7 +191,7 @@ def test_bad_questions_raise(store, question):
 
 def test_bad_method_raises(store):
     with pytest.raises(ValueError, match="method"):
-        engine(store, ScriptedChat()).ask("Who founded the Lumen Guild?", method="drift")
+        engine(store, ScriptedChat()).ask("Who founded the Lumen Guild?", method="magic")
 
 
 # -- pure helpers ----------------------------------------------------------------------------

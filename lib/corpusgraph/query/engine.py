@@ -1,8 +1,9 @@
 """One entry point for questions: validation, the auto router, and the cost of each answer.
 
-The router is a few rules, no LLM call: corpus-wide wording goes to global search, a question
-that names known entities to local search, anything else to basic search. It says why in
-`Answer.route_reason`. Every LLM call of an answer goes through a per-question meter, so tokens
+The router is a few rules, no LLM call: corpus-wide wording goes to global search; a question
+that asks how or why about known entities (an effect, a role, a change) to DRIFT, which needs
+both their neighbourhood and the communities around them; any other question naming known
+entities to local search; anything else to basic search. It says why in `Answer.route_reason`. Every LLM call of an answer goes through a per-question meter, so tokens
 and dollars are summed in one place whatever the method does.
 """
 
@@ -20,6 +21,7 @@ from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult, Embedder
 from corpusgraph.query.answer import Answer
 from corpusgraph.query.basic import basic_search
+from corpusgraph.query.drift import drift_search
 from corpusgraph.query.global_search import global_search
 from corpusgraph.query.local import local_search
 from corpusgraph.query.store import IndexStore
@@ -28,7 +30,7 @@ __all__ = ["QueryEngine", "route", "METHODS", "MAX_QUESTION_CHARS"]
 
 log = logging.getLogger(__name__)
 
-METHODS = ("basic", "local", "global", "auto")
+METHODS = ("basic", "local", "global", "drift", "auto")
 MAX_QUESTION_CHARS = 2000
 
 # Wording that asks about the corpus as a whole rather than about something in it.
@@ -43,6 +45,13 @@ _STRONG = re.compile(
 )
 
 
+# Asking how or why something affected or shaped something else: an explanation that spans
+# entities and the groups around them, not one fact.
+_EXPLAIN = re.compile(
+    r"\b(how|why)\b.*\b(affect|influenc|impact|shap|chang|evolv|role|lead to|led to|caus|connect|relat)\w*"
+)
+
+
 def route(store: IndexStore, question: str) -> tuple[str, str]:
     """(method, reason) for a question, by wording and by entity names the index knows."""
     text = question.casefold()
@@ -53,6 +62,9 @@ def route(store: IndexStore, question: str) -> tuple[str, str]:
     if cue and (not named or strong):
         why = f"corpus-wide wording ({(strong or cue).group(0).strip()!r})"
         return "global", why + (f" outweighs named entities ({names})" if named else "")
+    explain = _EXPLAIN.search(text)
+    if named and explain:
+        return "drift", f"asks {explain.group(1)!r} about an effect or a role of known entities: {names}"
     if named:
         return "local", f"names known entities: {names}"
     return "basic", "no corpus-wide wording and no known entity named"
@@ -105,9 +117,21 @@ class QueryEngine:
         self.prompt_answer = _load_prompt(prompts_dir, section.prompt_answer)
         self.prompt_map = _load_prompt(prompts_dir, section.prompt_map)
         self.prompt_reduce = _load_prompt(prompts_dir, section.prompt_reduce)
+        self.prompt_rate = _load_prompt(prompts_dir, section.prompt_rate)
+        self.prompt_drift = _load_prompt(prompts_dir, section.prompt_drift)
         index_model = getattr(store.vectors("text_unit"), "model", None)
         if index_model and index_model != embedder.model:
             log.warning("vector index was built with %r but the embedder is %r", index_model, embedder.model)
+
+    def with_store(self, store: IndexStore) -> "QueryEngine":
+        """This engine answering from `store` instead (the service passes a caller's restricted
+        view, access.py); model, embedder and prompts are shared. Anything __init__ derives from
+        the store must be re-derived here, or a view would answer from the full index."""
+        import copy
+
+        scoped = copy.copy(self)
+        scoped.store = store
+        return scoped
 
     def ask(self, question: str, method: str = "auto", level: int | None = None) -> Answer:
         question = _check_question(question)
@@ -122,8 +146,13 @@ class QueryEngine:
         meter = _MeteredChat(self.chat)
         if method == "global":
             answer = global_search(
-                self.store, meter, question, self.section, self.prompt_map, self.prompt_reduce, level
+                self.store, meter, question, self.section, self.prompt_map, self.prompt_reduce, level,
+                rate_prompt=self.prompt_rate,
             )
+        elif method == "drift":
+            vector = self.embedder.embed([question])[0]
+            answer = drift_search(self.store, meter, self.embedder, question, vector, self.section,
+                                  self.prompt_drift, self.prompt_reduce)
         else:
             vector = self.embedder.embed([question])[0]
             search = basic_search if method == "basic" else local_search

@@ -1,10 +1,22 @@
-"""Global search: map over the community reports of one level, rate points, reduce.
+"""Global search: choose community reports, map over them for rated points, reduce.
 
-The level is the cost dial: level 0 has the fewest, broadest reports. Map: the reports are
-packed into chunks that each fit the context budget, and every chunk becomes one request in a
-single `complete` batch, so a backend runs them concurrently. Each map answer is JSON points
-with a 0-100 score; score-0 points mean "nothing relevant here" and are dropped. Reduce: one
-call writes the answer from the best points that fit the budget.
+Which reports: with an explicit level (or `global_dynamic` off) every report of that level;
+the level is the cost dial, level 0 having the fewest, broadest reports. Without one, dynamic
+community selection: rate every root report's relevance to the question (one short,
+schema-constrained call each, all in one batch), keep the relevant ones, rate their children,
+and let relevant children replace their parent, down to `dynamic_max_level`. A relevant report
+whose children are all irrelevant stays itself; when no root is relevant, the whole
+`global_level` is mapped instead (details["selection"] says "dynamic_fallback"). So the map sees detailed reports only in the
+branches that matter, and irrelevant branches cost one rating call, not a map over their
+subtree. A rating that fails or does not parse counts as relevant: losing a branch to a
+malformed answer would be a silent recall loss.
+
+Map: the chosen reports are packed into chunks that each fit the context budget, and every
+chunk becomes one request in a single `complete` batch; the model client runs a batch's
+requests concurrently (up to llm.concurrency), so the map costs about one call's latency when
+the chunks fit the concurrency. Each map answer is JSON points with a 0-100 score; score-0
+points mean "nothing relevant here" and are dropped. Reduce: one call writes the answer from
+the best points that fit the budget.
 
 A map answer that fails or does not parse costs its chunk, never the query: it is skipped and
 counted in `Answer.details["map_failed"]`.
@@ -27,6 +39,8 @@ __all__ = [
     "choose_level",
     "chunk_reports",
     "map_schema",
+    "rate_schema",
+    "select_communities",
     "parse_points",
     "global_search",
     "NO_POINTS_ANSWER",
@@ -65,6 +79,87 @@ def map_schema(max_points: int = MAX_POINTS) -> dict:
     }
 
 
+def rate_schema() -> dict:
+    """JSON schema for a relevance rating: one integer 0-5."""
+    return {
+        "type": "object",
+        "properties": {"score": {"type": "integer", "minimum": 0, "maximum": 5}},
+        "required": ["score"],
+    }
+
+
+def parse_rating(text: str | None) -> int | None:
+    """The 0-5 score of a rating answer, or None when it is not a JSON object with a number."""
+    from corpusgraph.llm.factory import parse_json_answer
+
+    obj, _ = parse_json_answer(text)
+    if not isinstance(obj, dict):
+        return None
+    try:
+        return int(min(max(float(obj.get("score")), 0.0), 5.0))
+    except (TypeError, ValueError):
+        return None
+
+
+def children_with_reports(store: IndexStore) -> dict[str, list[str]]:
+    """Parent community id -> its children that have a report, sorted."""
+    out: dict[str, list[str]] = {}
+    for cid in store.reports:
+        parent = (store.communities.get(cid) or {}).get("parent_id")
+        if parent:
+            out.setdefault(parent, []).append(cid)
+    return {p: sorted(c) for p, c in out.items()}
+
+
+def select_communities(
+    store: IndexStore, chat: ChatModel, question: str, section: QuerySection, rate_prompt: str
+) -> tuple[list[str], dict]:
+    """Dynamic community selection (module doc): (chosen community ids, selection facts).
+
+    One batch of rating calls per level visited; the ids come back best-rated first.
+    """
+    children = children_with_reports(store)
+    # Roots: reports whose community has no reported parent (normally the whole top level).
+    frontier = sorted(
+        c for c in store.reports if (store.communities.get(c) or {}).get("parent_id") not in store.reports
+    )
+    scores: dict[str, int] = {}
+    rated = failed = rounds = 0
+    while frontier:
+        rounds += 1
+        requests = [
+            ChatRequest(
+                id=f"rate-{cid}",
+                messages=({"role": "user", "content": fill_prompt(
+                    rate_prompt, report=fit_budget(report_text(store, cid), section.max_context_tokens), question=question
+                )},),
+                max_tokens=16,
+                json_schema=rate_schema(),
+            )
+            for cid in frontier
+        ]
+        results = chat.complete(requests)  # one batch per level: rated concurrently
+        rated += len(requests)
+        next_frontier: list[str] = []
+        for i, cid in enumerate(frontier):
+            result = results[i] if i < len(results) else None
+            score = None if result is None or result.error else parse_rating(result.text)
+            if score is None:
+                failed += 1
+                score = section.dynamic_threshold  # unreadable: keep the branch (module doc)
+            if score < section.dynamic_threshold:
+                continue
+            scores[cid] = score
+            next_frontier += [k for k in children.get(cid, ()) if store.reports[k]["level"] <= section.dynamic_max_level]
+        frontier = sorted(set(next_frontier))
+    # A relevant child replaces its parent; a parent none of whose children was relevant stays.
+    replaced = {(store.communities.get(c) or {}).get("parent_id") for c in scores}
+    selected = [c for c in scores if c not in replaced]
+    selected.sort(key=lambda c: (-scores[c], -float(store.reports[c].get("rating") or 0.0), c))
+    facts = {"rated": rated, "rating_failed": failed, "rounds": rounds, "selected": len(selected)}
+    return selected, facts
+
+
 def choose_level(store: IndexStore, wanted: int) -> int | None:
     """`wanted` if it has reports, else the deepest existing level numbered below it, else the
     shallowest level there is; None when there are no reports at all."""
@@ -77,14 +172,19 @@ def choose_level(store: IndexStore, wanted: int) -> int | None:
     return max(below) if below else min(levels)
 
 
-def report_block(store: IndexStore, number: int, community_id: str) -> str:
+def report_text(store: IndexStore, community_id: str) -> str:
+    """A report as the model reads it: title, summary, then one line per finding."""
     rep = store.reports[community_id]
-    lines = [f"Report {number}: {rep.get('title') or community_id}", (rep.get("summary") or "").strip()]
+    lines = [rep.get("title") or community_id, (rep.get("summary") or "").strip()]
     for finding in rep.get("findings") or []:
         if finding and finding.get("summary"):
             explanation = (finding.get("explanation") or "").strip()
             lines.append(f"- {finding['summary']}" + (f": {explanation}" if explanation else ""))
     return "\n".join(lines)
+
+
+def report_block(store: IndexStore, number: int, community_id: str) -> str:
+    return f"Report {number}: " + report_text(store, community_id)
 
 
 def chunk_reports(store: IndexStore, community_ids: list[str], budget: int) -> list[list[tuple[int, str, str]]]:
@@ -173,20 +273,48 @@ def global_search(
     map_prompt: str,
     reduce_prompt: str,
     level: int | None = None,
+    rate_prompt: str | None = None,
 ) -> Answer:
-    wanted = section.global_level if level is None else level
-    used_level = choose_level(store, wanted)
-    if used_level is None:
+    """Answer from community reports. `level` given (or no `rate_prompt`, or global_dynamic off):
+    every report of that level; otherwise dynamic selection from the roots down."""
+    if not store.report_levels():
         return Answer(
             question=question,
             answer="",
             method="global",
             error="no community reports in the index; run `corpusgraph index` first",
         )
-    community_ids = sorted(
-        store.reports_by_level[used_level],
-        key=lambda c: (-float(store.reports[c].get("rating") or 0.0), c),  # strongest reports first
-    )
+    community_ids: list[str] = []
+    details_head: dict = {}
+    if level is None and rate_prompt is not None and section.global_dynamic:
+        community_ids, selection = select_communities(store, chat, question, section, rate_prompt)
+        levels = sorted({store.reports[c]["level"] for c in community_ids})
+        details_head = {"selection": "dynamic", "level": levels, **selection}
+    if not community_ids:
+        # No dynamic selection, or one that found nothing relevant: a rater that rejects every
+        # root is more often a weak model than a silent corpus, so the whole level is mapped
+        # (its map answers still say "nothing relevant" with score-0 points when that is true).
+        used_level = choose_level(store, section.global_level if level is None else level)
+        community_ids = sorted(
+            store.reports_by_level[used_level],
+            key=lambda c: (-float(store.reports[c].get("rating") or 0.0), c),  # strongest reports first
+        )
+        details_head = {**details_head, "selection": "dynamic_fallback" if details_head else "level",
+                        "level": used_level}
+    return map_reduce(store, chat, question, community_ids, section, map_prompt, reduce_prompt, details_head)
+
+
+def map_reduce(
+    store: IndexStore,
+    chat: ChatModel,
+    question: str,
+    community_ids: list[str],
+    section: QuerySection,
+    map_prompt: str,
+    reduce_prompt: str,
+    details_head: dict,
+) -> Answer:
+    """Map the given reports (in this order) to rated points in one batch, then reduce."""
     budget = section.max_context_tokens
     chunks = chunk_reports(store, community_ids, budget)
     requests, context_tokens = [], 0
@@ -212,7 +340,7 @@ def global_search(
     failed += max(len(chunks) - len(results), 0)  # a backend that dropped results
     points.sort(key=lambda p: -p.score)  # stable: equal scores keep chunk order
     details = {
-        "level": used_level,
+        **details_head,
         "reports": len(community_ids),
         "map_calls": len(chunks),
         "map_failed": failed,

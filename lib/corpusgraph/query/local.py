@@ -11,7 +11,9 @@ The context has five sections, filled in this order, each with a share of max_co
 A section that needs less than its share passes the rest on to the next one, so the source
 text units (filled last, and the only thing cited) get at least 40% and usually more. Units come
 last in the filling order but are what the answer leans on: they hold the evidence, the rest
-says where to look.
+says where to look. Which units, and in what order, is query/retrieval.py's ranking:
+personalised PageRank over entities and passages, restarted at the question's entities and
+its best dense+BM25 passages.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from corpusgraph.query.answer import (
     unique_ordered,
 )
 from corpusgraph.query.basic import NO_CONTEXT_ANSWER, unit_block
+from corpusgraph.query.retrieval import rank_units, weights_from
 from corpusgraph.query.store import IndexStore
 from corpusgraph.tokens import count_tokens
 
@@ -67,6 +70,8 @@ _NEIGHBOURS_PER_SEED_SLOT = 2
 # Units behind the relationships in the context are cited too, but capped so one heavily
 # attested relationship does not bury the units the context actually showed.
 _MAX_RELATIONSHIP_UNITS = 10
+# Units ranked for the context, as a multiple of top_k_units; the budget decides how many fit.
+_UNITS_RANKED = 2
 
 
 @dataclass
@@ -137,19 +142,6 @@ def _rank_communities(store: IndexStore, selected: list[str]) -> list[str]:
     return sorted(with_report, key=key)
 
 
-def _rank_units(store: IndexStore, seeds: list[str], entity_ids: list[str], rel_ids: list[str]) -> list[str]:
-    """The seeds' source units, by how many selected entities and context relationships they support."""
-    support: Counter[str] = Counter()
-    for eid in entity_ids:
-        support.update(set(store.entities[eid].get("unit_ids") or ()))
-    for rel_id in rel_ids:
-        support.update(set(store.relationships[rel_id].get("unit_ids") or ()))
-    candidates = unique_ordered([], [u for s in seeds for u in store.entities[s].get("unit_ids") or ()])
-    candidates = [u for u in candidates if u in store.units]
-    first_seen = {u: i for i, u in enumerate(candidates)}
-    return sorted(candidates, key=lambda u: (-support[u], first_seen[u]))
-
-
 def _title(store: IndexStore, entity_id: str | None) -> str:
     if not entity_id:
         return "?"
@@ -212,7 +204,9 @@ def build_local_context(
             ids = _rank_communities(store, selected)
             blocks = [_report_block(store, i, c) for i, c in enumerate(ids, 1)]
         else:
-            ids = _rank_units(store, seeds, selected, chosen["relationships"])
+            # Personalised PageRank over entities and passages (query/retrieval.py), not only
+            # the seeds' own units: multi-hop evidence shares an entity with a seed passage.
+            ids = rank_units(store, question, question_vector, weights_from(section), _UNITS_RANKED * section.top_k_units)
             blocks = [unit_block(store, f"U{i}", u) for i, u in enumerate(ids, 1)]
         # The last section takes whatever is left, so rounding never strands tokens.
         room = budget - sum(used_by.values()) if name == "units" else int(budget * share) + carry
@@ -226,10 +220,16 @@ def build_local_context(
         used_by[name] = used
         carry = max(room - used, 0)
 
-    text = fit_budget("\n\n".join(parts), budget)
+    # One count of the joined text (it is the bulk of the context-building time after retrieval);
+    # a cut, rarely needed since every block was counted in, only then costs a second one.
+    text = "\n\n".join(parts)
+    tokens = count_tokens(text)
+    if tokens > budget:
+        text = fit_budget(text, budget)
+        tokens = count_tokens(text)
     return LocalContext(
         text=text,
-        tokens=count_tokens(text),
+        tokens=tokens,
         seed_ids=seeds,
         entity_ids=chosen["entities"],
         rel_ids=chosen["relationships"],

@@ -1,0 +1,123 @@
+"""An OpenAI-compatible test server that answers any query-side request after a fixed latency.
+
+A benchmark harness, never a product default. Like fixed_latency_server.py (which answers with
+an extraction), at most `slots` requests are served at once and each takes exactly
+`latency_s`; unlike it, the answer fits whatever the request asks for, so global search, DRIFT
+and the service can be timed against it:
+- a request with a `response_format` schema (either llama.cpp's {"type": "json_object",
+  "schema": ...} or OpenAI's {"type": "json_schema", "json_schema": {"schema": ...}}) gets the
+  smallest JSON value that satisfies the schema: objects with their required properties, one
+  item per array (none when maxItems is 0), integers at their maximum (a rating of 5, a map
+  point scored 100), strings "text";
+- any other chat request gets a fixed one-sentence answer that cites [U1] and [P1].
+
+    python tests/benchmarks/fixed_latency_answer_server.py --slots 64 --latency-s 0.5 [--port 0]
+
+The first stdout line is the base URL (".../v1"); GET /stats returns served and
+max_concurrent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+TEXT_ANSWER = "The reports and sources agree on the main point [U1] [P1]."
+
+
+def instance(schema: dict[str, Any]) -> Any:
+    """The smallest value satisfying the subset of JSON Schema corpusgraph's prompts use."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties") or {}
+        return {name: instance(props.get(name) or {}) for name in schema.get("required", list(props))}
+    if kind == "array":
+        return [] if schema.get("maxItems") == 0 else [instance(schema.get("items") or {})]
+    if kind == "integer":
+        return int(schema.get("maximum", 1))
+    if kind == "number":
+        return float(schema.get("maximum", 1.0))
+    if kind == "boolean":
+        return True
+    return "text"
+
+
+def schema_of(body: dict) -> dict | None:
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict):
+        return None
+    if fmt.get("type") == "json_schema":
+        return (fmt.get("json_schema") or {}).get("schema")
+    return fmt.get("schema")
+
+
+def make_app(slots: int, latency_s: float) -> web.Application:
+    gate = asyncio.Semaphore(slots)
+    stats = {"served": 0, "in_service": 0, "max_concurrent": 0}
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        async with gate:
+            stats["in_service"] += 1
+            stats["max_concurrent"] = max(stats["max_concurrent"], stats["in_service"])
+            try:
+                await asyncio.sleep(latency_s)
+            finally:
+                stats["in_service"] -= 1
+        schema = schema_of(body)
+        text = json.dumps(instance(schema)) if schema else TEXT_ANSWER
+        prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
+        usage = {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        stats["served"] += 1
+        return web.json_response({
+            "id": f"cmpl-{stats['served']}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "bench"),
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+            "usage": usage,
+        })
+
+    async def get_stats(request: web.Request) -> web.Response:
+        return web.json_response({**stats, "slots": slots, "latency_s": latency_s})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/stats", get_stats)
+    return app
+
+
+async def serve(slots: int, latency_s: float, port: int) -> None:
+    runner = web.AppRunner(make_app(slots, latency_s), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=max(1024, slots * 4))
+    await site.start()
+    print(f"http://127.0.0.1:{runner.addresses[0][1]}/v1", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--slots", type=int, required=True)
+    ap.add_argument("--latency-s", type=float, required=True)
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    if args.slots < 1 or args.latency_s <= 0:
+        ap.error("--slots must be >= 1 and --latency-s > 0")
+    try:
+        asyncio.run(serve(args.slots, args.latency_s, args.port))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,365 @@
+"""Query latency: local context building at 1M entities, and global search against one call.
+
+1. Local context (everything but generation and the question's embedding): a synthetic index
+   of ENTITIES entities is written straight to Delta with deltalake + pyarrow (no LLM), loaded
+   by the real IndexStore, and `build_local_context` is timed over QUESTIONS questions that
+   each name one or two entities (p50, p99). The vectors are random and DIM=64, not MiniLM's
+   384: an exact FAISS index over 1M x 384 float32 is 1.5 GB and ~100 ms a search on two cores,
+   so the entity index here is IVF (IVF_LISTS lists, NPROBE probed) over 64 dimensions, which
+   is what an index of this size should use. The question embedding (MiniLM, one question) is
+   timed apart, as `embed_question_p50_ms`. The unit ranking (query/retrieval.py, another
+   module) is timed inside the total too, and reported on its own.
+2. Global search over GLOBAL_COMMUNITIES level-0 reports against fixed_latency_answer_server.py
+   (every call takes exactly LATENCY_S): the wall time of one `ask(method="global", level=0)`
+   divided by the wall time of one call through the same client. The map calls of one batch run
+   concurrently in the client, so the ideal is 2 (map, reduce). Dynamic selection (no level)
+   adds a round of rating calls per level visited; reported too.
+
+    python -m pytest -m slow tests/benchmarks/test_query_latency.py   # writes results/query_latency.json
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from corpusgraph.config import LLMSection, QuerySection
+from corpusgraph.tables import TABLES, table_path
+
+pytestmark = [pytest.mark.slow]
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "query_latency.json"
+ANSWER_SERVER = HERE / "fixed_latency_answer_server.py"
+REPO = HERE.parent.parent
+
+# CG_BENCH_ENTITIES scales the synthetic index down for a quick look (units follow at 1:5).
+ENTITIES = int(os.environ.get("CG_BENCH_ENTITIES", 1_000_000))
+REL_PER_ENTITY = 2  # 2M relationships at 1M entities: average degree 4
+UNITS = ENTITIES // 5
+UNITS_PER_DOC = 10
+CLAIMS = 100_000
+LEVEL0_SIZE = 100  # entities per level-0 community; level 1 splits each into 10
+DIM = 64
+IVF_LISTS = 4096
+NPROBE = 16
+QUESTIONS = 200
+QUESTION_BUDGET_S = 180.0  # stop timing earlier (and say how many were timed) past this
+SEED = 7
+P50_TARGET_MS = 50.0
+
+GLOBAL_COMMUNITIES = 50
+LATENCY_S = 0.5
+GLOBAL_TARGET = 3.0
+
+_WORDS = ("amber basalt cedar delta ember fjord garnet harbor indigo juniper kestrel lumen marble nimbus onyx "
+          "pilgrim quartz raven saffron tundra umber vellum willow xenon yarrow zephyr").split()
+_KINDS = ("ORGANIZATION", "PERSON", "LOCATION", "EVENT")
+
+
+def _title(i: int) -> str:
+    w = len(_WORDS)
+    return f"{_WORDS[i % w].title()} {_WORDS[(i // w) % w].title()} {i}"
+
+
+def _write(warehouse: Path, name: str, table: pa.Table) -> None:
+    from deltalake import write_deltalake
+
+    write_deltalake(table_path(str(warehouse), name), table.cast(TABLES[name].schema))
+
+
+def _normalised(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    v = rng.standard_normal((n, dim), dtype=np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return v
+
+
+def _write_vectors(index_dir: Path, kind: str, ids: list[str], vectors: np.ndarray, ivf: bool) -> None:
+    """A FAISS file + meta in VectorIndex's format; IVF for the big entity index."""
+    import faiss
+
+    index_dir.mkdir(parents=True, exist_ok=True)
+    if ivf:
+        quantizer = faiss.IndexFlatIP(vectors.shape[1])
+        index = faiss.IndexIVFFlat(quantizer, vectors.shape[1], IVF_LISTS, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors[:: max(1, len(vectors) // (IVF_LISTS * 40))])
+        index.add(vectors)
+        index.nprobe = NPROBE
+    else:
+        index = faiss.IndexFlatIP(vectors.shape[1])
+        index.add(vectors)
+    faiss.write_index(index, str(index_dir / f"{kind}.faiss"))
+    meta = {"kind": kind, "model": "synthetic-64", "dim": int(vectors.shape[1]), "count": len(ids), "ids": ids}
+    (index_dir / f"{kind}.meta.json").write_text(json.dumps(meta))
+
+
+def build_synthetic_index(root: Path, n_entities: int, n_units: int) -> tuple[str, str]:
+    """Delta tables + FAISS files of a synthetic graph; returns (warehouse, index_dir)."""
+    rng = np.random.default_rng(SEED)
+    wh, index_dir = root / "warehouse", root / "faiss"
+    now = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    n_docs = max(1, n_units // UNITS_PER_DOC)
+    doc_ids = [f"d{i}" for i in range(n_docs)]
+    _write(wh, "documents", pa.table({
+        "doc_id": doc_ids, "source_uri": [f"file:///synthetic/{d}.txt" for d in doc_ids],
+        "title": [f"Dispatch {i}" for i in range(n_docs)], "text": [""] * n_docs, "content_hash": doc_ids,
+        "access_domain": ["default"] * n_docs, "metadata": ["{}"] * n_docs, "ingested_at": [now] * n_docs,
+        "deleted": [False] * n_docs,
+    }))
+    # Each entity appears in two units; a unit's text names its entities, so it reads plausibly.
+    ent_units = rng.integers(0, n_units, size=(n_entities, 2))
+    unit_ids = [f"u{i}" for i in range(n_units)]
+    filler = "reported a delay at the terminal after the inspection, and the cargo moved on the next day."
+    texts = [f"Dispatch note {i}: {_title(i % n_entities)} {filler} {_title((i * 7) % n_entities)} confirmed it."
+             for i in range(n_units)]
+    _write(wh, "text_units", pa.table({
+        "unit_id": unit_ids, "doc_id": [doc_ids[i // UNITS_PER_DOC] for i in range(n_units)],
+        "ordinal": np.arange(n_units) % UNITS_PER_DOC, "text": texts, "n_tokens": [40] * n_units,
+        "char_start": [0] * n_units, "char_end": [len(t) for t in texts],
+    }))
+    del texts
+    ent_ids = [f"e{i}" for i in range(n_entities)]
+    n_rels = REL_PER_ENTITY * n_entities
+    # Edges mostly inside a level-0 block (so communities mean something), some across.
+    src = rng.integers(0, n_entities, size=n_rels)
+    local = (src // LEVEL0_SIZE) * LEVEL0_SIZE + rng.integers(0, LEVEL0_SIZE, size=n_rels)
+    dst = np.where(rng.random(n_rels) < 0.8, np.minimum(local, n_entities - 1), rng.integers(0, n_entities, size=n_rels))
+    dst = np.where(dst == src, (dst + 1) % n_entities, dst)
+    degree = np.bincount(src, minlength=n_entities) + np.bincount(dst, minlength=n_entities)
+    _write(wh, "entities", pa.table({
+        "entity_id": ent_ids, "title": [_title(i) for i in range(n_entities)],
+        "type": [_KINDS[i % 4] for i in range(n_entities)],
+        "description": [f"{_title(i)} is a party to the shipping records." for i in range(n_entities)],
+        "aliases": pa.array([[] for _ in range(n_entities)], type=pa.list_(pa.string())),
+        "unit_ids": [[unit_ids[a], unit_ids[b]] for a, b in ent_units.tolist()],
+        "frequency": [2] * n_entities, "degree": degree,
+    }))
+    _write(wh, "relationships", pa.table({
+        "rel_id": [f"r{i}" for i in range(n_rels)], "source_id": [ent_ids[i] for i in src.tolist()],
+        "target_id": [ent_ids[i] for i in dst.tolist()],
+        "description": [f"{_title(a)} shipped goods with {_title(b)}." for a, b in zip(src.tolist(), dst.tolist())],
+        "weight": rng.integers(1, 10, size=n_rels).astype(np.float64),
+        "unit_ids": [[unit_ids[u]] for u in ent_units[src, 0].tolist()],
+    }))
+    del src, dst, local
+    subj = rng.integers(0, n_entities, size=CLAIMS if n_entities >= CLAIMS else n_entities)
+    _write(wh, "claims", pa.table({
+        "claim_id": [f"k{i}" for i in range(len(subj))], "subject_id": [ent_ids[i] for i in subj.tolist()],
+        "object_id": [None] * len(subj), "type": ["DELAY"] * len(subj), "status": ["SUSPECTED"] * len(subj),
+        "description": ["A shipment may have been held back."] * len(subj), "start": [None] * len(subj),
+        "end": [None] * len(subj), "unit_id": [unit_ids[ent_units[i, 0]] for i in subj.tolist()],
+    }))
+    # Level 0: blocks of LEVEL0_SIZE entities; level 1: tenths of them.
+    rows: dict[str, list] = {k: [] for k in ("community_id", "level", "parent_id", "entity_ids", "rel_ids",
+                                              "unit_ids", "size", "graph_version", "modularity")}
+    reports: dict[str, list] = {k: [] for k in ("community_id", "level", "title", "summary", "findings", "rating",
+                                                 "rating_explanation", "built_from", "status", "error", "model",
+                                                 "tokens_in", "tokens_out")}
+    sub = LEVEL0_SIZE // 10
+    for block in range(0, n_entities, LEVEL0_SIZE):
+        members = list(range(block, min(block + LEVEL0_SIZE, n_entities)))
+        parts = [(f"c0_{block}", 0, None, members)] + [
+            (f"c1_{j}", 1, f"c0_{block}", members[j - block : j - block + sub]) for j in range(block, block + len(members), sub)
+        ]
+        for cid, level, parent, ents in parts:
+            units = sorted({unit_ids[u] for e in ents[:20] for u in ent_units[e]})
+            for k, v in zip(rows, (cid, level, parent, [ent_ids[e] for e in ents], [], units, len(ents), "g1", 0.5)):
+                rows[k].append(v)
+            values = (cid, level, f"Shipping group {cid}", f"{_title(ents[0])} and {len(ents) - 1} partners trade "
+                      "through the same terminals and share their delays.",
+                      [{"summary": "Delays spread along the chain", "explanation": "A hold at one terminal stops "
+                        "the partners downstream."}], float(rng.integers(1, 10)), "", "entities", "ok", None,
+                      "synthetic", 0, 0)
+            for k, v in zip(reports, values):
+                reports[k].append(v)
+    _write(wh, "communities", pa.table(rows))
+    _write(wh, "community_reports", pa.table(reports))
+    del rows, reports
+    _write_vectors(index_dir, "entity", ent_ids, _normalised(rng, n_entities, DIM), ivf=n_entities > 100_000)
+    _write_vectors(index_dir, "text_unit", unit_ids, _normalised(rng, n_units, DIM), ivf=n_units > 100_000)
+    return str(wh), str(index_dir)
+
+
+def questions(n: int, n_entities: int) -> list[str]:
+    rng = np.random.default_rng(SEED + 1)
+    picks = rng.integers(0, n_entities, size=(n, 2))
+    forms = ("Who worked with {a}?", "What delayed {a} and {b}?", "How is {a} linked to {b}?",
+             "Which terminals did {a} use?")
+    return [forms[i % 4].format(a=_title(int(a)), b=_title(int(b))) for i, (a, b) in enumerate(picks.tolist())]
+
+
+def time_local_context(store, qs: list[str]) -> dict:
+    import faiss
+
+    import corpusgraph.query.local as local
+
+    # One OpenMP thread per search, as a service answering one question per request should run:
+    # FAISS's default thread team spins on every core and, on a busy machine, made a single-query
+    # search of 20k x 64 vectors take 58 ms instead of well under one.
+    faiss.omp_set_num_threads(1)
+
+    section = QuerySection()
+    rng = np.random.default_rng(SEED + 2)
+    vectors = _normalised(rng, len(qs), DIM)
+    ranking: list[float] = []
+    real_rank = local.rank_units
+
+    def timed_rank(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return real_rank(*args, **kwargs)
+        finally:
+            ranking.append(time.perf_counter() - t0)
+
+    local.rank_units = timed_rank
+    try:
+        for q, v in zip(qs[:5], vectors[:5]):  # warm-up: lazy structures, caches
+            local.build_local_context(store, v, q, section)
+        ranking.clear()
+        totals, sizes = [], []
+        stop_at = time.perf_counter() + QUESTION_BUDGET_S
+        for q, v in zip(qs, vectors):
+            if time.perf_counter() > stop_at:
+                break
+            t0 = time.perf_counter()
+            ctx = local.build_local_context(store, v, q, section)
+            totals.append(time.perf_counter() - t0)
+            sizes.append(ctx.tokens)
+    finally:
+        local.rank_units = real_rank
+    ms = np.asarray(totals) * 1000
+    rank_ms = np.asarray(ranking) * 1000 if ranking else np.zeros(1)
+    return {
+        "local_context_p50_ms": round(float(np.percentile(ms, 50)), 2),
+        "local_context_p99_ms": round(float(np.percentile(ms, 99)), 2),
+        "unit_ranking_p50_ms": round(float(np.percentile(rank_ms, 50)), 2),
+        "unit_ranking_p99_ms": round(float(np.percentile(rank_ms, 99)), 2),
+        "context_tokens_p50": int(np.percentile(sizes, 50)),
+        "questions_timed": len(totals),
+        "local_context_without_unit_ranking_p50_ms": round(float(np.percentile(ms - rank_ms[: len(ms)], 50)), 2)
+        if len(rank_ms) == len(ms) else None,
+    }
+
+
+def embed_question_p50_ms(qs: list[str]) -> float:
+    """MiniLM on one question at a time, in a child with one BLAS thread (see test_service_load)."""
+    code = (
+        "import json, sys, time; from corpusgraph.llm.minilm import MiniLMEmbedder; "
+        "qs = json.loads(sys.stdin.read()); e = MiniLMEmbedder(); e.embed(['warm-up']); ts = []\n"
+        "for q in qs:\n t0 = time.perf_counter(); e.embed([q]); ts.append(time.perf_counter() - t0)\n"
+        "print(sorted(ts)[len(ts) // 2] * 1000)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "lib"), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps(qs[:50]), capture_output=True, text=True,
+                         check=True, env=env)
+    return round(float(out.stdout.strip().splitlines()[-1]), 2)
+
+
+class AnswerServer:
+    def __init__(self, slots: int, latency_s: float):
+        self.proc = subprocess.Popen([sys.executable, str(ANSWER_SERVER), "--slots", str(slots),
+                                      "--latency-s", str(latency_s)], stdout=subprocess.PIPE, text=True)
+        self.base_url = self.proc.stdout.readline().strip()
+        if not self.base_url.startswith("http"):
+            self.close()
+            raise RuntimeError("answer server did not start")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def time_global(root: Path) -> dict:
+    """Wall time of one global question over GLOBAL_COMMUNITIES reports / one call's."""
+    from corpusgraph.llm.base import ChatRequest
+    from corpusgraph.llm.factory import open_chat_model
+    from corpusgraph.query.engine import QueryEngine
+    from corpusgraph.query.store import IndexStore
+
+    wh, index_dir = build_synthetic_index(root, GLOBAL_COMMUNITIES * LEVEL0_SIZE, 2000)
+    store = IndexStore(wh, index_dir)
+    assert len(store.reports_by_level[0]) == GLOBAL_COMMUNITIES
+    server = AnswerServer(slots=256, latency_s=LATENCY_S)
+    try:
+        llm = LLMSection(backend="openai", api_base=server.base_url, model="bench", concurrency=128)
+        chat = open_chat_model(llm, root / "no-cache", base_url=server.base_url)
+        section = QuerySection(max_context_tokens=400)  # one map chunk per report or two: many calls
+        engine = QueryEngine(store, chat, _NoEmbedder(), section, REPO / "conf")
+        one = []
+        for i in range(3):
+            t0 = time.perf_counter()
+            chat.complete([ChatRequest(id=f"one-{i}", messages=({"role": "user", "content": f"ping {i} {time.time()}"},),
+                                       max_tokens=16)])
+            one.append(time.perf_counter() - t0)
+        one_call = float(np.median(one))
+        t0 = time.perf_counter()
+        static = engine.ask(f"What are the recurring causes of delays? ({time.time()})", method="global", level=0)
+        static_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        # Dynamic selection over the 50 roots only (this server rates every report 5, so
+        # descending would select every child): rating round, map round, reduce.
+        engine.section = section.model_copy(update={"dynamic_max_level": 0})
+        dynamic = engine.ask(f"What are the recurring causes of delays? ({time.time()})", method="global")
+        dynamic_s = time.perf_counter() - t0
+    finally:
+        server.close()
+    assert static.error is None and static.details["reports"] == GLOBAL_COMMUNITIES, static.details
+    return {
+        "global_50_communities_over_one_call": round(static_s / one_call, 2),
+        "global_one_call_s": round(one_call, 3),
+        "global_50_communities_s": round(static_s, 3),
+        "global_map_calls": static.details["map_calls"],
+        "global_dynamic_over_one_call": round(dynamic_s / one_call, 2),
+        "global_dynamic_details": {k: v for k, v in dynamic.details.items() if k != "level"},
+    }
+
+
+class _NoEmbedder:
+    """Global search embeds nothing; an engine still needs an embedder."""
+
+    model = "synthetic-64"
+    dim = DIM
+
+    def embed(self, texts):
+        raise AssertionError("global search should not embed")
+
+
+def test_query_latency(tmp_path):
+    from corpusgraph.query.store import IndexStore
+
+    figures: dict = {"entities": ENTITIES}
+    t0 = time.perf_counter()
+    wh, index_dir = build_synthetic_index(tmp_path / "big", ENTITIES, UNITS)
+    figures["build_s"] = round(time.perf_counter() - t0, 1)
+    t0 = time.perf_counter()
+    store = IndexStore(wh, index_dir)
+    figures["load_s"] = round(time.perf_counter() - t0, 1)
+    qs = questions(QUESTIONS, ENTITIES)
+    figures.update(time_local_context(store, qs))
+    del store
+    figures["embed_question_p50_ms"] = embed_question_p50_ms(qs)
+    figures.update(time_global(tmp_path / "global"))
+    figures.update({
+        "questions": QUESTIONS, "relationships": REL_PER_ENTITY * ENTITIES, "units": UNITS, "claims": CLAIMS,
+        "vectors": f"random, {DIM} dims; entity and unit indexes FAISS IVF{IVF_LISTS},Flat nprobe {NPROBE}",
+        "global_latency_s": LATENCY_S,
+        "load_average_1m_after": round(os.getloadavg()[0], 1),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    })
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
+    assert figures["global_50_communities_over_one_call"] <= GLOBAL_TARGET, figures
+    assert figures["local_context_p50_ms"] <= P50_TARGET_MS, figures

@@ -1,0 +1,114 @@
+"""Global search's dynamic community selection, on the Saltreach world (query_fixtures.py).
+
+Communities: c0a (lanterns, harbour) has reported children c1a (guild workshop) and c1b (treaty
+town); c0b (copper) has c1c (company leadership) and c1d (no report).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from corpusgraph.llm.base import ChatResult
+from tests.unit.query_fixtures import make_engine as engine
+
+pytestmark = pytest.mark.unit
+
+
+class RatingChat:
+    """Rates reports by community id from `scores` (a missing id gets `default`), answers map
+    requests with one point per report and everything else with a fixed reduce answer."""
+
+    model = "scripted"
+
+    def __init__(self, scores: dict[str, object], default: object = 0):
+        self.scores = scores
+        self.default = default
+        self.batches: list[list] = []
+
+    def complete(self, requests):
+        self.batches.append(list(requests))
+        out = []
+        for r in requests:
+            prompt = r.messages[-1]["content"]
+            if r.id.startswith("rate-"):
+                score = self.scores.get(r.id[len("rate-"):], self.default)
+                text = score if isinstance(score, str) else json.dumps({"score": score})
+            elif r.id.startswith("map-"):
+                found = re.findall(r"Report (\d+): (.+)", prompt)
+                text = json.dumps({"points": [{"description": f"About {t}.", "score": 50, "reports": [int(n)]}
+                                              for n, t in found]})
+            else:
+                text = "The answer [P1]."
+            out.append(ChatResult(id=r.id, text=text, tokens_in=100, tokens_out=10))
+        return out
+
+    def rated(self) -> list[list[str]]:
+        return [sorted(r.id[5:] for r in b) for b in self.batches if b and b[0].id.startswith("rate-")]
+
+    def mapped_titles(self) -> list[str]:
+        return [t for b in self.batches for r in b if r.id.startswith("map-")
+                for _, t in re.findall(r"Report (\d+): (.+)", r.messages[-1]["content"])]
+
+
+def test_dynamic_descends_only_into_relevant_branches(store):
+    chat = RatingChat({"c0a": 4, "c0b": 0, "c1a": 3, "c1b": 0})
+    answer = engine(store, chat).ask("What holds the lantern trade together?", method="global")
+    # Roots first, then only the relevant root's children; c0b's subtree is never rated.
+    assert chat.rated() == [["c0a", "c0b"], ["c1a", "c1b"]]
+    assert chat.mapped_titles() == ["The Lumen Guild workshop"]  # c1a replaced its parent c0a
+    assert answer.details["selection"] == "dynamic" and answer.details["level"] == [1]
+    assert answer.details["rated"] == 4 and answer.details["rounds"] == 2 and answer.details["selected"] == 1
+    assert {c.unit_id for c in answer.citations} == {"u1", "u2"}
+    assert answer.llm_calls == 4 + 1 + 1 and answer.tokens_in == 100 * answer.llm_calls
+    assert answer.answer == "The answer [P1]."
+
+
+def test_a_relevant_parent_without_relevant_children_is_kept(store):
+    chat = RatingChat({"c0a": 3, "c0b": 2, "c1c": 5})
+    answer = engine(store, chat).ask("What holds the lantern trade together?", method="global")
+    # c0a's children are both irrelevant, so c0a itself is mapped; c1c replaces c0b, ranked first.
+    assert chat.mapped_titles() == ["Company leadership", "Lantern makers of Port Keel"]
+    assert answer.details["level"] == [0, 1]
+
+
+def test_nothing_relevant_falls_back_to_mapping_the_whole_level(store):
+    chat = RatingChat({}, default=0)
+    answer = engine(store, chat, global_level=0).ask("What holds the lantern trade together?", method="global")
+    assert chat.rated() == [["c0a", "c0b"]]  # no descent below irrelevant roots
+    assert sorted(chat.mapped_titles()) == ["Copper miners of Grey Hollow", "Lantern makers of Port Keel"]
+    assert answer.details["selection"] == "dynamic_fallback" and answer.details["level"] == 0
+    assert answer.details["rated"] == 2 and answer.llm_calls == 2 + answer.details["map_calls"] + 1
+
+
+def test_an_unreadable_rating_keeps_its_branch_and_is_counted(store):
+    chat = RatingChat({"c0a": "I think it is quite relevant!", "c0b": 0, "c1a": 0, "c1b": 0})
+    answer = engine(store, chat).ask("What holds the lantern trade together?", method="global")
+    assert answer.details["rating_failed"] == 1
+    assert chat.mapped_titles() == ["Lantern makers of Port Keel"]
+
+
+def test_explicit_level_and_switch_turn_selection_off(store):
+    chat = RatingChat({"c0a": 5, "c0b": 5})
+    answer = engine(store, chat).ask("What holds the lantern trade together?", method="global", level=0)
+    assert chat.rated() == [] and answer.details["selection"] == "level" and answer.details["level"] == 0
+    chat = RatingChat({"c0a": 5, "c0b": 5})
+    answer = engine(store, chat, global_dynamic=False, global_level=1).ask("Anything?", method="global")
+    assert chat.rated() == [] and answer.details["level"] == 1
+
+
+def test_max_level_stops_the_descent(store):
+    chat = RatingChat({"c0a": 5, "c0b": 5, "c1a": 5, "c1b": 5, "c1c": 5})
+    engine(store, chat, dynamic_max_level=0).ask("What holds the lantern trade together?", method="global")
+    assert chat.rated() == [["c0a", "c0b"]]
+    assert sorted(chat.mapped_titles()) == ["Copper miners of Grey Hollow", "Lantern makers of Port Keel"]
+
+
+def test_parse_rating_clamps_and_refuses():
+    from corpusgraph.query.global_search import parse_rating
+
+    assert parse_rating('{"score": 9}') == 5 and parse_rating('{"score": "2"}') == 2
+    assert parse_rating('{"score": -1}') == 0
+    assert parse_rating("relevant") is None and parse_rating('{"rating": 3}') is None
