@@ -1,0 +1,305 @@
+"""Incremental update: new, changed and deleted documents, without paying for a rebuild.
+
+What each step redoes, and why it is enough:
+
+- ingest (steps.ingest): documents are keyed by content hash, so a new file is a new row, an
+  edited file is a new row plus its old version soft-deleted, and a vanished file is soft-deleted.
+- chunk (here): only live documents without units are chunked; units of dead documents are
+  removed, both by Delta MERGE. Unit ids are content hashes, so untouched documents keep theirs.
+- extract (steps.extract): sends only units with no stored extraction, i.e. the new ones.
+- resolve (steps.resolve): recomputed from the stored extractions of live units, in Spark, with
+  no LLM call beyond cached ones. Entities, relationships and claims that only deleted units
+  supported disappear because their extractions are no longer live. (An incremental resolve
+  against the alias table is left to the resolve stage's own API; this one is exact.)
+- communities (here): the previous partition is extended to new nodes by weighted neighbour
+  majority, level by level; its modularity on the new graph is compared with the modularity
+  recorded when it was detected. Past `update.redetect_drift` (relative loss) the graph is
+  re-detected in full; otherwise the partition is kept. Either way the table is written by
+  MERGE, and community ids are hashes of their members, so an unchanged community keeps its id.
+- reports (steps.reports): only communities whose (id, built_from) has no report are sent: those
+  whose membership changed (new id), whose content changed (new built_from), and their
+  ancestors (whose members or child reports changed with them).
+- embed (steps.embed): only items whose text hash has no vector.
+
+The run is recorded in `runs` (kind "update") with what was redone, and next to it the
+estimated cost of a full rebuild of the live corpus (estimate.py, at the warehouse's own rates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .pipeline import RunContext, StageResult, run_steps
+
+__all__ = ["run_update", "chunk", "communities", "extend_partition", "modularity", "OldPartition"]
+
+
+# -- chunk: only what changed ---------------------------------------------------------------------
+
+def chunk(ctx: RunContext) -> StageResult:
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from .stages import chunk as chunk_stage
+
+    docs, units = ctx.wh.read("documents"), ctx.wh.read("text_units")
+    live = docs.where(~F.col("deleted"))
+    had_units = units.select("doc_id").distinct()
+    # Materialise both sets before writing: they are defined against the table being changed.
+    new_path, dead_path = ctx.handoff("chunk", "new-docs"), ctx.handoff("chunk", "dead-units")
+    live.join(had_units, "doc_id", "left_anti").write.mode("overwrite").parquet(new_path)
+    units.join(live.select("doc_id"), "doc_id", "left_anti").select("unit_id", "doc_id").write.mode("overwrite").parquet(dead_path)
+    new_docs, dead = ctx.spark.read.parquet(new_path), ctx.spark.read.parquet(dead_path)
+    gone_docs = dead.select("doc_id").distinct().join(docs.select("doc_id", "source_uri"), "doc_id")
+    changed = new_docs.select("source_uri").distinct().join(gone_docs.select("source_uri"), "source_uri", "left_semi").count()
+    n_new_docs, n_gone_docs, n_dead = new_docs.count(), gone_docs.count(), dead.count()
+    if n_dead:
+        (DeltaTable.forPath(ctx.spark, ctx.wh.path("text_units")).alias("t")
+         .merge(dead.alias("s"), "t.unit_id = s.unit_id").whenMatchedDelete().execute())
+    n_added = 0
+    if n_new_docs:
+        added_path = ctx.handoff("chunk", "added-units")
+        chunk_stage.chunk_documents(new_docs, ctx.cfg.chunk).write.mode("overwrite").parquet(added_path)
+        added = ctx.spark.read.parquet(added_path)
+        n_added = added.count()
+        ctx.wh.merge("text_units", added, update=False)
+    return StageResult(rows={"docs_added": n_new_docs - changed, "docs_changed": changed,
+                             "docs_deleted": n_gone_docs - changed, "units_added": n_added, "units_removed": n_dead,
+                             "text_units": ctx.wh.read("text_units").count()})
+
+
+# -- communities: keep and extend, or re-detect ---------------------------------------------------
+
+@dataclass
+class OldPartition:
+    """The stored hierarchy mapped onto the new graph's node indices.
+
+    labels[L][i]: slot of node i's level-L community (-1: not on that level, or a new node);
+    parents[L][k]: slot at level L-1 of level-L slot k; versions/modularities per level."""
+
+    labels: list[np.ndarray]
+    parents: list[np.ndarray]
+    recorded: dict[int, float]
+    versions: dict[int, str]
+
+
+def old_partition(ids: list[str], rows: list[dict]) -> OldPartition:
+    pos = {e: i for i, e in enumerate(ids)}
+    levels = sorted({r["level"] for r in rows})
+    by_level = {lv: sorted((r for r in rows if r["level"] == lv), key=lambda r: r["community_id"]) for lv in levels}
+    slot = {r["community_id"]: k for lv in levels for k, r in enumerate(by_level[lv])}
+    labels, parents, recorded, versions = [], [], {}, {}
+    for lv in levels:
+        arr = np.full(len(ids), -1, dtype=np.int64)
+        for k, r in enumerate(by_level[lv]):
+            idx = [pos[e] for e in r["entity_ids"] if e in pos]
+            arr[idx] = k
+        labels.append(arr)
+        parents.append(np.array([slot.get(r["parent_id"], -1) for r in by_level[lv]], dtype=np.int64))
+        recorded[lv] = float(by_level[lv][0]["modularity"]) if by_level[lv] else float("nan")
+        versions[lv] = by_level[lv][0]["graph_version"] if by_level[lv] else ""
+    return OldPartition(labels, parents, recorded, versions)
+
+
+def _adjacency(n: int, edges: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR (indptr, neighbours, weights) of the undirected graph."""
+    src = np.concatenate([edges[:, 0], edges[:, 1]]) if len(edges) else np.zeros(0, np.int64)
+    dst = np.concatenate([edges[:, 1], edges[:, 0]]) if len(edges) else np.zeros(0, np.int64)
+    ww = np.concatenate([w, w]) if len(edges) else np.zeros(0)
+    order = np.argsort(src, kind="stable")
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))])
+    return indptr, dst[order], ww[order]
+
+
+def _assign(adj, labels: np.ndarray, group: np.ndarray, todo: np.ndarray) -> np.ndarray:
+    """Give each node in `todo` the label its labelled neighbours of the same group carry the
+    most weight of (ties: the smaller label); repeat while it changes something, so chains of new
+    nodes fill in from their labelled end. Nodes with no such neighbour stay -1."""
+    indptr, nbr, ww = adj
+    labels = labels.copy()
+    pending = [int(v) for v in np.flatnonzero(todo)]
+    while pending:
+        left = []
+        for v in pending:
+            tally: dict[int, float] = {}
+            for u, x in zip(nbr[indptr[v]:indptr[v + 1]], ww[indptr[v]:indptr[v + 1]]):
+                if labels[u] >= 0 and group[u] == group[v]:
+                    tally[int(labels[u])] = tally.get(int(labels[u]), 0.0) + float(x)
+            if tally:
+                labels[v] = min(tally, key=lambda k: (-tally[k], k))
+            else:
+                left.append(v)
+        if len(left) == len(pending):
+            break
+        pending = left
+    return labels
+
+
+def extend_partition(n: int, edges: np.ndarray, w: np.ndarray, old: OldPartition) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Pure: the old hierarchy with every new node placed, level by level.
+
+    Level 0: neighbour majority; new nodes with no placed neighbour form new communities, one per
+    connected group among themselves. Level L: a new node is placed among the children of its
+    level L-1 community by neighbour majority within that parent, else in the biggest child."""
+    adj = _adjacency(n, edges, w)
+    new = old.labels[0] < 0 if old.labels else np.ones(n, dtype=bool)
+    labels = [_assign(adj, old.labels[0], np.zeros(n, dtype=np.int64), new)]
+    parents = [old.parents[0].copy()]
+    left = np.flatnonzero(labels[0] < 0)
+    if len(left):  # connected groups of the unplaced, by union-find over their mutual edges
+        root = {int(v): int(v) for v in left}
+
+        def find(v: int) -> int:
+            while root[v] != v:
+                root[v] = root[root[v]]
+                v = root[v]
+            return v
+
+        indptr, nbr, _ = adj
+        for v in left:
+            for u in nbr[indptr[v]:indptr[v + 1]]:
+                if int(u) in root:
+                    a, b = find(int(v)), find(int(u))
+                    root[max(a, b)] = min(a, b)
+        next_slot, slot_of = len(parents[0]), {}
+        for v in left:
+            r = find(int(v))
+            if r not in slot_of:
+                slot_of[r], next_slot = next_slot, next_slot + 1
+            labels[0][v] = slot_of[r]
+        parents[0] = np.concatenate([parents[0], np.full(next_slot - len(parents[0]), -1, dtype=np.int64)])
+    for lv in range(1, len(old.labels)):
+        up, par = labels[lv - 1], old.parents[lv]
+        has_children = np.zeros(len(parents[lv - 1]) + 1, dtype=bool)
+        has_children[par[par >= 0]] = True
+        todo = new & (up >= 0) & has_children[np.where(up >= 0, up, -1)]
+        lab = _assign(adj, old.labels[lv], up, todo)
+        if (todo & (lab < 0)).any():  # no neighbour inside the parent: the parent's biggest child
+            sizes = np.bincount(lab[lab >= 0], minlength=len(par))
+            for v in np.flatnonzero(todo & (lab < 0)):
+                kids = np.flatnonzero(par == up[v])
+                lab[v] = kids[np.lexsort((kids, -sizes[kids]))[0]]
+        labels.append(lab)
+        parents.append(par.copy())
+    return labels, parents
+
+
+def modularity(n: int, edges: np.ndarray, w: np.ndarray, labels: np.ndarray) -> float:
+    """Weighted Newman-Girvan modularity (resolution 1), as graph/leiden.py records it."""
+    import igraph
+
+    if not len(edges):
+        return float("nan")
+    g = igraph.Graph(n=n, edges=edges.tolist())
+    return float(g.modularity(labels.tolist(), weights=w.tolist()))
+
+
+def _kept_membership(ids: list[str], labels: list[np.ndarray], parents: list[np.ndarray], old: OldPartition) -> dict:
+    from .stages.communities import MEMBERSHIP_SCHEMA, _community_id
+
+    rows: dict[str, list] = {f.name: [] for f in MEMBERSHIP_SCHEMA}
+    cid_by_level: list[dict[int, str]] = []
+    for lv, lab in enumerate(labels):
+        cids: dict[int, str] = {}
+        order = np.argsort(lab, kind="stable")
+        sorted_lab = lab[order]
+        for k in np.unique(sorted_lab[sorted_lab >= 0]):
+            members = sorted(ids[i] for i in order[sorted_lab == k])
+            cids[int(k)] = _community_id(lv, members)
+            parent = cid_by_level[lv - 1].get(int(parents[lv][k])) if lv else None
+            for e in members:
+                rows["community_id"].append(cids[int(k)])
+                rows["level"].append(lv)
+                rows["parent_id"].append(parent)
+                rows["entity_id"].append(e)
+                rows["graph_version"].append(old.versions.get(lv, ""))
+                rows["modularity"].append(old.recorded.get(lv, float("nan")))
+        cid_by_level.append(cids)
+    return rows
+
+
+def communities(ctx: RunContext) -> StageResult:
+    import pyarrow as pa
+
+    from .graph.leiden import normalise_edges
+    from .stages import communities as comm_stage
+
+    ents, rels = ctx.wh.read("entities"), ctx.wh.read("relationships")
+    nodes, enc = comm_stage.encode_graph(ents, rels)
+    ids = nodes.orderBy("idx").select("entity_id").toArrow().column(0).to_pylist()
+    e = enc.toArrow()
+    a, b, w = e.column("a").to_numpy(), e.column("b").to_numpy(), e.column("weight").to_numpy()
+    old_rows = ctx.wh.read("communities").select("community_id", "level", "parent_id", "entity_ids",
+                                                 "graph_version", "modularity").toArrow().to_pylist()
+    old = old_partition(ids, old_rows)
+    edges, weights = normalise_edges(len(ids), np.stack([a, b], axis=1).astype(np.int64) if len(a) else
+                                     np.zeros((0, 2), np.int64), w)
+    rows = {"entities": len(ids), "new_nodes": int((old.labels[0] < 0).sum()) if old.labels else len(ids)}
+    q_rec = old.recorded.get(0, float("nan"))
+    redetect, q_ext, drift = True, float("nan"), float("nan")
+    if old.labels and len(ids) and np.isfinite(q_rec) and q_rec > 0:
+        labels, parents = extend_partition(len(ids), edges, weights, old)
+        q_ext = modularity(len(ids), edges, weights, labels[0])
+        drift = (q_rec - q_ext) / q_rec if np.isfinite(q_ext) else float("inf")
+        redetect = not drift <= ctx.cfg.update.redetect_drift
+    if redetect:
+        membership = comm_stage.detect(ids, a, b, w, ctx.cfg.communities)
+    else:
+        membership = pa.table(_kept_membership(ids, labels, parents, old), schema=comm_stage.MEMBERSHIP_SCHEMA)
+    schema = "community_id string, level int, parent_id string, entity_id string, graph_version string, modularity double"
+    mdf = ctx.spark.createDataFrame(membership.to_pandas(), schema=schema) if membership.num_rows else \
+        ctx.spark.createDataFrame([], schema)
+    path = ctx.handoff("communities", "out")
+    comm_stage.communities_from_membership(mdf, ents, rels).write.mode("overwrite").parquet(path)
+    fresh = ctx.spark.read.parquet(path)
+    before = {r["community_id"] for r in old_rows}
+    after = {r["community_id"] for r in fresh.select("community_id").collect()}
+    ctx.wh.merge("communities", fresh, delete_missing=True)
+    result = StageResult(rows={**rows, "redetected": int(redetect), "communities": len(after),
+                               "communities_new": len(after - before), "communities_gone": len(before - after),
+                               "modularity_recorded": round(q_rec, 4), "modularity_extended": round(q_ext, 4),
+                               "drift": round(drift, 4)})
+    result.notes.append(
+        ("re-detected in full" if redetect else "kept the partition and placed new nodes")
+        + f": recorded modularity {q_rec:.3f}, extended {q_ext:.3f}, drift {drift:.3f} "
+        f"(threshold {ctx.cfg.update.redetect_drift})")
+    return result
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+def cost(ctx: RunContext) -> StageResult:
+    """What this update redid and paid, next to what a full rebuild would cost."""
+    from .llm.base import Usage
+
+    spent = Usage()
+    for r in ctx.results.values():
+        if r.usage is not None:
+            spent.merge(r.usage)
+    rows = {
+        "units_extracted": ctx.results["extract"].rows.get("sent", 0),
+        "communities_reported": ctx.results["reports"].rows.get("sent", 0),
+        "redetected": ctx.results["communities"].rows["redetected"],
+        "llm_calls": spent.calls, "tokens": spent.tokens_in + spent.tokens_out,
+    }
+    result = StageResult(rows=rows)
+    if ctx.cfg.update.estimate_full_rebuild:
+        from .estimate import estimate_warehouse
+
+        est = estimate_warehouse(ctx.wh, ctx.cfg)
+        rows.update(full_rebuild_calls=est.llm_calls, full_rebuild_tokens=est.llm_tokens,
+                    token_fraction=round(rows["tokens"] / est.llm_tokens, 4) if est.llm_tokens else 0.0)
+        result.notes.append(f"this update: {rows['tokens']:,} tokens in {spent.calls} calls; a full rebuild: "
+                            f"about {est.llm_tokens:,} tokens in {est.llm_calls} calls ({est.rates.source})")
+    return result
+
+
+def run_update(ctx: RunContext) -> dict[str, StageResult]:
+    from . import steps
+
+    return run_steps(ctx, [
+        ("ingest", steps.ingest), ("chunk", chunk), ("extract", steps.extract), ("resolve", steps.resolve),
+        ("communities", communities), ("reports", steps.reports), ("embed", steps.embed), ("cost", cost),
+    ])
