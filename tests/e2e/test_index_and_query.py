@@ -67,7 +67,8 @@ def test_refused_input_is_in_quarantine_with_its_reason(indexed):
 def test_first_run_paid_for_extraction_and_second_run_paid_nothing(indexed):
     cfg, first, second = indexed
     ex1 = first.results["extract"]
-    assert ex1.usage.calls == ex1.rows["sent"] == ex1.rows["units"] > 0
+    # Short units share calls (extract.units_per_call); gleaning rounds add calls for some units.
+    assert ex1.usage.calls == ex1.rows["calls"] > 0 and ex1.rows["sent"] == ex1.rows["units"] > 0
     assert ex1.usage.tokens_in > 0 and ex1.usage.tokens_out > 0
     for stage in ("extract", "reports"):
         assert second.results[stage].usage.calls == 0, stage
