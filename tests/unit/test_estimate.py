@@ -25,6 +25,8 @@ def cfg():
 
 
 def test_counts_follow_the_extract_prompt(cfg, tmp_path):
+    cfg = cfg.model_copy(deep=True)
+    cfg.extract.units_per_call = 6  # base.yaml's packing (local.yaml sends one unit per call)
     counter = request_counter(*counter_spec(cfg))
     task = _extract_task(cfg)
     base = extract_counts(UNITS, task.requests, counter)
