@@ -119,19 +119,21 @@ class Bm25:
 
 def personalized_pagerank(
     src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n: int, reset: np.ndarray, damping: float,
-    iterations: int = 30, tol: float = 1e-7,
+    iterations: int = 30, tol: float = 1e-7, out_weight: np.ndarray | None = None,
 ) -> np.ndarray:
     """PPR over a directed weighted edge list (give both directions for an undirected graph).
 
     p = (1 - d) r + d (P^T p), P row-normalised; mass at nodes with no out-edge restarts, so
-    p always sums to 1.
+    p always sums to 1. `out_weight` (per node) normalises instead of the edges' own sums: a
+    walk on part of a graph passes each node's full out-weight, so mass bound outside the part
+    is dropped rather than bent back in.
     """
     r = np.asarray(reset, dtype=np.float64)
     total = r.sum()
     if total <= 0:
         return np.zeros(n)
     r = r / total
-    out_w = np.bincount(src, weights=weight, minlength=n)
+    out_w = np.bincount(src, weights=weight, minlength=n) if out_weight is None else out_weight
     step = np.divide(weight, out_w[src], out=np.zeros_like(weight, dtype=np.float64), where=out_w[src] > 0)
     dangling = out_w == 0
     p = r.copy()
@@ -308,21 +310,9 @@ class GraphRetriever:
         src = np.repeat(np.arange(nodes.size, dtype=np.int64), counts)
         dst = local[self.csr_dst[positions]]
         keep = dst >= 0
-        # Each edge's share of its source's FULL out-weight: mass bound outside is dropped.
-        share = self.csr_w[positions] / np.repeat(self.out_w[nodes], counts)
-        src, dst, share = src[keep], dst[keep], share[keep]
-        r = reset[nodes] / reset[nodes].sum()
-        dangling = self.out_w[nodes] == 0
-        p = r.copy()
-        for _ in range(w.iterations):
-            moved = np.bincount(dst, weights=p[src] * share, minlength=nodes.size)
-            nxt = (1 - w.damping) * r + w.damping * (moved + p[dangling].sum() * r)
-            if np.abs(nxt - p).sum() < 1e-7:
-                p = nxt
-                break
-            p = nxt
         out = np.zeros(self.n)
-        out[nodes] = p
+        out[nodes] = personalized_pagerank(src[keep], dst[keep], self.csr_w[positions][keep], nodes.size,
+                                           reset[nodes], w.damping, w.iterations, out_weight=self.out_w[nodes])
         return out
 
 
