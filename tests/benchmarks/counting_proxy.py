@@ -8,7 +8,9 @@ same model through it, and what each one paid is read from the same place, the s
 
 The first stdout line is the proxy's base URL (".../v1"). Every request under /v1/ is forwarded
 unchanged; for each chat completion the proxy keeps prompt_tokens, completion_tokens,
-finish_reason, the HTTP status, whether it asked for a response_format, and seconds taken.
+finish_reason, the HTTP status, whether it asked for a response_format, seconds taken, the
+text of the request's first user message (to tell which unit a call was about) and the
+answer's text (to tell whether the client could parse it).
 GET /calls returns them all; a request the upstream refused (context overflow, for instance)
 is recorded with its status and error text, and its answer is passed back to the client as is.
 """
@@ -24,12 +26,23 @@ import aiohttp
 from aiohttp import web
 
 
+def _first_user(request: dict) -> str | None:
+    """The text of the first user message (a string, or the text parts of a list of parts)."""
+    for msg in request.get("messages") or []:
+        if isinstance(msg, dict) and msg.get("role") == "user":
+            content = msg.get("content")
+            if isinstance(content, list):
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return content if isinstance(content, str) else None
+    return None
+
+
 def usage_record(status: int, body: bytes, request: dict, seconds: float) -> dict:
     """What one chat call cost, from the upstream's answer (pure: easy to check on its own)."""
     rec = {"status": status, "seconds": round(seconds, 3), "messages": len(request.get("messages") or []),
            "response_format": request.get("response_format") is not None,
            "max_tokens": request.get("max_tokens"), "prompt_tokens": 0, "completion_tokens": 0,
-           "finish_reason": None, "error": None}
+           "finish_reason": None, "error": None, "first_user": _first_user(request), "answer": None}
     try:
         answer = json.loads(body)
     except ValueError:
@@ -40,6 +53,8 @@ def usage_record(status: int, body: bytes, request: dict, seconds: float) -> dic
     rec["completion_tokens"] = int(usage.get("completion_tokens") or 0)
     choices = answer.get("choices") or [{}]
     rec["finish_reason"] = choices[0].get("finish_reason")
+    message = choices[0].get("message") or {}
+    rec["answer"] = message.get("content") if isinstance(message, dict) else None
     if status >= 400:
         rec["error"] = json.dumps(answer.get("error", answer))[:300]
     return rec

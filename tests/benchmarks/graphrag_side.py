@@ -156,6 +156,38 @@ def write_project(root: Path, docs: Iterable[tuple[str, str]], api_base: str, mo
     return root
 
 
+# graphrag's extraction answer format (its prompt asks for these delimiters): records split by
+# "##", each "(<kind><|>field<|>...)"; an entity record needs 4 fields, a relationship 5.
+GRAPHRAG_TUPLE_DELIMITER = "<|>"
+GRAPHRAG_RECORD_DELIMITER = "##"
+GRAPHRAG_COMPLETION_DELIMITER = "<|COMPLETE|>"
+
+
+def parseable_records(answer: str | None) -> tuple[int, int]:
+    """(entity records, relationship records) graphrag's parser would keep from one answer.
+
+    Written from graphrag's documented output format and the field counts its parser requires,
+    so that an answer can be judged from the outside (for instance from a proxy's record)."""
+    if not answer:
+        return 0, 0
+    entities = relationships = 0
+    for raw in answer.split(GRAPHRAG_RECORD_DELIMITER):
+        record = raw.strip()
+        if record.startswith("("):
+            record = record[1:]
+        if record.endswith(")"):
+            record = record[:-1]
+        if not record or record == GRAPHRAG_COMPLETION_DELIMITER:
+            continue
+        fields = record.split(GRAPHRAG_TUPLE_DELIMITER)
+        kind = fields[0]
+        if kind == '"entity"' and len(fields) >= 4:
+            entities += 1
+        elif kind == '"relationship"' and len(fields) >= 5:
+            relationships += 1
+    return entities, relationships
+
+
 @dataclass
 class GraphragRun:
     returncode: int
