@@ -22,6 +22,10 @@ variant that would collide), so every error is the resolver's, not the labels'.
 
 `generate(n_entities, seed)` -> (extraction rows as dicts, gold: {(unit_id, mention name):
 entity label}). `pairwise(pred, gold)` -> (precision, recall) over mention pairs.
+`generate_mentions(n, seed)` -> exactly n mentions for the blocking-at-scale figures, from
+scale_vocab(): the fixed lists above extended with made-up, pronounceable names (the fixed lists
+alone cannot give the ~125k entities of a million mentions distinct names), drawn with a heavy
+head as real name frequencies are.
 """
 
 from __future__ import annotations
@@ -114,6 +118,78 @@ class Entity:
     related: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Vocab:
+    """The name lists entities are drawn from. The fixed lists above name at most a few
+    thousand distinct entities: enough for the labelled set, far too few for a million mentions
+    (the generator refuses a name whose normalised form is taken). scale_vocab() extends them
+    with made-up but pronounceable given names, surnames, company words, towns and product
+    lines; pick() then draws with a heavy head (the real names come first in each list), as
+    name frequencies in text are skewed: a few first names and surnames are very common, most
+    are rare, so first-token and last-token blocks have realistic, uneven sizes."""
+
+    first: tuple[str, ...]
+    last: tuple[str, ...]
+    co_head: tuple[str, ...]
+    co_tail: tuple[str, ...]
+    city: tuple[str, ...]
+    regions_of: tuple[str, ...]
+    product_line: tuple[str, ...]
+    skew: float = 2.0  # index = len * u**skew: P(index < k) = (k / len) ** (1 / skew); "John" ~4% of people
+
+    def pick(self, rng: random.Random, lst):
+        return lst[int(len(lst) * rng.random() ** self.skew)]
+
+
+DEFAULT_VOCAB = Vocab(tuple(FIRST), tuple(LAST), tuple(CO_HEAD), tuple(CO_TAIL), tuple(CITY), tuple(REGIONS_OF),
+                      tuple(PRODUCT_LINE))
+
+_ONSET = ["b", "br", "c", "ch", "d", "dr", "f", "fl", "g", "gr", "h", "j", "k", "kr", "l", "m", "n", "p", "pr", "r",
+          "s", "sh", "st", "t", "tr", "v", "w", "z", "", ""]
+_VOWEL = ["a", "e", "i", "o", "u", "a", "e", "o", "ai", "ea", "ou", "y"]
+_CODA = ["", "", "", "n", "r", "l", "s", "t", "m", "nd", "rt", "ck", "ld", "rn"]
+_SURNAME_END = ["son", "sen", "ez", "es", "ov", "ova", "ski", "sky", "ic", "ovic", "enko", "ian", "yan", "berg",
+                "stein", "mann", "ley", "ton", "field", "wood", "ford", "er", "ell", "ini", "elli", "ato", "ida",
+                "oglu", "ishi", "moto", "wala", "ard", "ier", "ek", "as", "is", "ous", "ing", "ham", "well"]
+_GIVEN_END = ["a", "o", "an", "el", "en", "ia", "ina", "us", "ius", "ik", "ko", "ra", "is", "on", "ette", "ie"]
+_CO_END = ["tek", "ex", "ia", "on", "ix", "ara", "ora", "io", "ium", "ant", "ent", "ica", "ova", "elle", "ar", "is"]
+_TOWN_END = ["ford", "ton", "ville", "burg", "port", "field", "haven", "mouth", "bridge", "stadt", "dorf", "grad",
+             "polis", "abad", "pur", "wick", "minster", "by", "thorpe", "dale", "holm", "vik", "ow", "ice"]
+
+
+def _syllables(rng: random.Random, k: int) -> str:
+    return "".join(rng.choice(_ONSET) + rng.choice(_VOWEL) + rng.choice(_CODA) for _ in range(k))
+
+
+def _made_up(rng: random.Random, count: int, make, taken: set[str]) -> list[str]:
+    """count distinct made-up words from make(rng), none of them in taken (compared lower-case)."""
+    out: list[str] = []
+    seen = {t.lower() for t in taken}
+    tries = 0
+    while len(out) < count and tries < count * 50:
+        tries += 1
+        w = make(rng)
+        if 4 <= len(w) <= 14 and w.lower() not in seen and w.isalpha():
+            seen.add(w.lower())
+            out.append(w[0].upper() + w[1:])
+    return out
+
+
+def scale_vocab(seed: int = 0, given: int = 600, surnames: int = 40000, companies: int = 12000,
+                towns: int = 10000, lines: int = 2500) -> Vocab:
+    """The fixed lists first, then made-up names, for generated sets of up to millions of mentions."""
+    rng = random.Random(f"vocab{seed}")
+    return Vocab(
+        first=tuple(FIRST + _made_up(rng, given - len(FIRST), lambda r: _syllables(r, r.choice([1, 2])) + r.choice(_GIVEN_END), set(FIRST))),
+        last=tuple(LAST + _made_up(rng, surnames - len(LAST), lambda r: _syllables(r, r.choice([1, 1, 2])) + r.choice(_SURNAME_END), set(LAST))),
+        co_head=tuple(CO_HEAD + _made_up(rng, companies - len(CO_HEAD), lambda r: _syllables(r, r.choice([1, 2])) + r.choice(_CO_END), set(CO_HEAD))),
+        co_tail=tuple(CO_TAIL),
+        city=tuple(CITY + _made_up(rng, towns - len(CITY), lambda r: _syllables(r, r.choice([1, 2])) + r.choice(_TOWN_END), set(CITY))),
+        regions_of=tuple(REGIONS_OF),
+        product_line=tuple(PRODUCT_LINE + _made_up(rng, lines - len(PRODUCT_LINE), lambda r: _syllables(r, 2), set(PRODUCT_LINE))),
+    )
+
+
 def _typo(rng: random.Random, name: str) -> str:
     words = name.split()
     idx = [i for i, w in enumerate(words) if len(w) >= 5 and w.isalpha()]
@@ -173,8 +249,13 @@ def _product_variants(rng, brand, line, number, edition):
             _typo(rng, f"{brand} {base}")]
 
 
-def _entities(n: int, rng: random.Random) -> list[Entity]:
-    """About n entities, hard-negative families included, with unique normalised names."""
+def _entities(n: int, rng: random.Random, vocab: "Vocab | None" = None) -> list[Entity]:
+    """About n entities, hard-negative families included, with unique normalised names.
+
+    vocab None: the fixed name lists above, drawn uniformly (the labelled quality set).
+    A Vocab: its (much longer) lists, drawn with its skewed pick (the scale sets)."""
+    V = vocab or DEFAULT_VOCAB
+    pick = (lambda lst: vocab.pick(rng, lst)) if vocab else rng.choice
     out: list[Entity] = []
     owner: dict[str, str] = {}
 
@@ -195,54 +276,54 @@ def _entities(n: int, rng: random.Random) -> list[Entity]:
     while len(out) < n:
         i += 1
         kind = rng.random()
-        city, thing = rng.choice(CITY), rng.choice(THING)
+        city, thing = pick(V.city), rng.choice(THING)
         if kind < 0.3:  # a company, sometimes with a regional arm that must stay apart
-            name = f"{rng.choice(CO_HEAD)} {rng.choice(CO_TAIL)}" if rng.random() < 0.8 else rng.choice(CO_HEAD)
+            name = f"{pick(V.co_head)} {pick(V.co_tail)}" if rng.random() < 0.8 else pick(V.co_head)
             year = rng.randrange(1890, 2020)
             parent = add(f"org{i}", name, "ORGANIZATION",
                          [f"company in {thing}", f"headquartered in {city}", f"founded in {year}",
                           f"listed on the {rng.choice(['NYSE', 'LSE', 'Nasdaq', 'DAX'])} exchange",
-                          f"supplier of {thing} to {rng.choice(CITY)} customers"],
+                          f"supplier of {thing} to {pick(V.city)} customers"],
                          _company_variants(rng, name))
             if parent and rng.random() < 0.4:
                 region = rng.choice(REGION)
                 arm = add(f"org{i}r", f"{name} {region}", "ORGANIZATION",
-                          [f"regional {region} arm of {name}", f"office in {rng.choice(CITY)}",
+                          [f"regional {region} arm of {name}", f"office in {pick(V.city)}",
                            f"set up in {rng.randrange(1990, 2024)}", f"sells {thing} locally"],
                           [f"{name} {region} " + rng.choice(LEGAL), _case(rng, f"{name} {region}")])
                 if arm:
                     arm.related.append(parent.label)
                     parent.related.append(arm.label)
         elif kind < 0.6:  # a person, sometimes with a relative sharing the surname
-            first, last = rng.choice(FIRST), rng.choice(LAST)
+            first, last = pick(V.first), pick(V.last)
             middle = rng.choice("ABCDEFGHJKLMNPRST")
             role = rng.choice(ROLE)
             p = add(f"per{i}", f"{first} {last}", "PERSON",
-                    [f"{role} born in {city}", f"works on {thing}", f"{role} based in {rng.choice(CITY)}",
-                     f"studied in {rng.choice(CITY)} in {rng.randrange(1960, 2015)}"],
+                    [f"{role} born in {city}", f"works on {thing}", f"{role} based in {pick(V.city)}",
+                     f"studied in {pick(V.city)} in {rng.randrange(1960, 2015)}"],
                     _person_variants(rng, first, last, middle))
             if p and rng.random() < 0.4:
-                other = rng.choice([f for f in FIRST if f[0] != first[0]])
+                other = pick([f for f in V.first if f[0] != first[0]])
                 q = add(f"per{i}s", f"{other} {last}", "PERSON",
-                        [f"{rng.choice(ROLE)} born in {rng.choice(CITY)}", f"sibling of {first} {last}",
-                         f"lives in {rng.choice(CITY)}"],
+                        [f"{rng.choice(ROLE)} born in {pick(V.city)}", f"sibling of {first} {last}",
+                         f"lives in {pick(V.city)}"],
                         [_case(rng, f"{other} {last}"), f"{last}, {other}"])
                 if q:
                     q.related.append(p.label)
                     p.related.append(q.label)
         elif kind < 0.8:  # a place; sometimes a namesake person or a same-name place elsewhere
-            name = city if rng.random() < 0.6 else f"{city}, {rng.choice(REGIONS_OF)}"
+            name = city if rng.random() < 0.6 else f"{city}, {pick(V.regions_of)}"
             place = add(f"loc{i}", name, "LOCATION",
                         [f"city with a port handling {thing}", f"population of {rng.randrange(1, 90)}00,000",
                          f"capital of its region", f"city on the {rng.choice(['river', 'coast', 'lake'])}"],
                         _place_variants(rng, name))
             if place and rng.random() < 0.3:
-                namesake = f"{city.split()[0]} {rng.choice(LAST)}"
+                namesake = f"{city.split()[0]} {pick(V.last)}"
                 add(f"loc{i}p", namesake, "PERSON",
                     [f"{rng.choice(ROLE)} and media personality", f"known for {thing} campaigns"],
                     [_case(rng, namesake)])
         else:  # a product line with several models that must stay apart
-            brand, line = rng.choice(CO_HEAD), rng.choice(PRODUCT_LINE)
+            brand, line = pick(V.co_head), pick(V.product_line)
             number = rng.randrange(2, 20)
             for k, (num, ed) in enumerate([(number, None), (number + 1, None), (number, rng.choice(EDITION))]):
                 if k and rng.random() < 0.5:
@@ -263,11 +344,13 @@ def _entities(n: int, rng: random.Random) -> list[Entity]:
     return out
 
 
-def generate(n_entities: int, seed: int = 1, mentions_per_entity: tuple[int, int] = (2, 6)):
+def generate(n_entities: int, seed: int = 1, mentions_per_entity: tuple[int, int] = (2, 6),
+             vocab: Vocab | None = None, max_mentions: int | None = None):
     """(extraction rows, gold): each row is one text unit about one entity under one variant,
-    with one or two related entities and the relationships between them."""
+    with one or two related entities and the relationships between them. max_mentions: stop
+    as soon as the set holds that many mentions (gold entries), so a size is exact."""
     rng = random.Random(seed)
-    ents = _entities(n_entities, rng)
+    ents = _entities(n_entities, rng, vocab)
     by_label = {e.label: e for e in ents}
     rows, gold = [], {}
 
@@ -276,9 +359,14 @@ def generate(n_entities: int, seed: int = 1, mentions_per_entity: tuple[int, int
         desc = "; ".join(rng.sample(e.facts, k=min(len(e.facts), rng.choice([1, 2]))))
         return name, desc
 
+    def full() -> bool:
+        return max_mentions is not None and len(gold) >= max_mentions
+
     u = 0
     for e in ents:
         for _ in range(rng.randint(*mentions_per_entity)):
+            if full():
+                break
             u += 1
             unit = f"u{seed}_{u}"
             name, desc = mention(e, True)
@@ -288,12 +376,26 @@ def generate(n_entities: int, seed: int = 1, mentions_per_entity: tuple[int, int
             for lab in rng.sample(e.related, k=min(len(e.related), rng.choice([1, 2]))):
                 o = by_label[lab]
                 oname, odesc = mention(o, False)
-                if (unit, oname) in gold:
+                if (unit, oname) in gold or full():
                     continue
                 listed.append((oname, o.type, odesc))
                 gold[(unit, oname)] = o.label
                 rels.append((name, oname, f"{name} and {oname} are linked", rng.randint(1, 10)))
             rows.append({"unit_id": unit, "entities": listed, "relationships": rels})
+    return rows, gold
+
+
+MENTIONS_PER_ENTITY = 10.0  # about what generate() yields per entity (main and co-occurring mentions)
+
+
+def generate_mentions(n_mentions: int, seed: int = 7, vocab: Vocab | None = None):
+    """Exactly n_mentions mentions (gold entries) from the scale vocabulary: entities are
+    generated with a margin and the rows stop at n_mentions."""
+    vocab = vocab or scale_vocab()
+    n_entities = int(n_mentions / MENTIONS_PER_ENTITY * 1.25) + 10
+    rows, gold = generate(n_entities, seed=seed, vocab=vocab, max_mentions=n_mentions)
+    if len(gold) != n_mentions:
+        raise RuntimeError(f"generated {len(gold)} mentions, wanted {n_mentions}: raise the entity margin")
     return rows, gold
 
 
