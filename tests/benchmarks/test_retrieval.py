@@ -52,7 +52,10 @@ def recall_at(ranked_docs: list[str], gold: list[str], k: int) -> float:
     return len(set(top) & set(gold)) / len(set(gold))
 
 
-def config_for(name: str, folder: Path):
+def config_for(name: str, folder: Path, *, docs: Path | None = None, overrides: dict[str, str] | None = None):
+    """The benchmark config of one corpus: fast extraction, exact resolution, storage under
+    `folder`; `docs` replaces the input file (default ../shared/data/<name>/docs.jsonl) and
+    `overrides` adds or replaces config keys (the answer-quality benchmark's reports, endpoint)."""
     from corpusgraph.config import load_config
 
     return load_config(REPO / "conf" / "local.yaml", {
@@ -61,31 +64,36 @@ def config_for(name: str, folder: Path):
         # No LLM anywhere: exact-name resolution (the similarity method's ambiguous band and
         # description summaries would call the model).
         "resolve.method": "exact", "resolve.llm_adjudication": "false", "resolve.summarise_descriptions": "false",
-        "ingest.inputs": json.dumps([str(SHARED_DATA / name / "docs.jsonl")]),
+        "ingest.inputs": json.dumps([str(docs or SHARED_DATA / name / "docs.jsonl")]),
+        **(overrides or {}),
     })
 
 
-def build_index(spark, name: str) -> tuple[object, dict[str, float]]:
+def build_index(spark, name: str, *, folder: Path | None = None, docs: Path | None = None,
+                overrides: dict[str, str] | None = None, stages: list[str] | None = None) -> tuple[object, dict[str, float]]:
     """Index one corpus with the real pipeline; returns the config and seconds per stage.
 
     A warehouse built earlier with the same config and the same docs is reused as it is (its
     marker keeps the stage times of that build); set CORPUSGRAPH_BENCH_REBUILD=1 to run the
     stages again (they still skip work already done: extraction and embeddings are keyed).
+    The keywords (default: this benchmark's folder, input, config and stages) let another
+    benchmark build its own index the same way (see config_for).
     """
     import os
 
     from corpusgraph.pipeline import RunContext, run_index
 
-    folder = CACHE / name
-    cfg = config_for(name, folder)
-    docs_hash = hashlib.sha256((SHARED_DATA / name / "docs.jsonl").read_bytes()).hexdigest()[:16]
+    folder = folder or CACHE / name
+    docs = docs or SHARED_DATA / name / "docs.jsonl"
+    cfg = config_for(name, folder, docs=docs, overrides=overrides)
+    docs_hash = hashlib.sha256(docs.read_bytes()).hexdigest()[:16]
     marker = folder / "built.json"
     key = {"config": cfg.fingerprint(), "docs": docs_hash}
     if marker.is_file() and not os.environ.get("CORPUSGRAPH_BENCH_REBUILD"):
         built = json.loads(marker.read_text())
         if built.get("key") == key:
             return cfg, built["stage_seconds"]
-    results = run_index(RunContext(cfg, spark), STAGES)
+    results = run_index(RunContext(cfg, spark), stages or STAGES)
     seconds = {stage: round(r.seconds, 1) for stage, r in results.items()}
     marker.write_text(json.dumps({"key": key, "stage_seconds": seconds}))
     return cfg, seconds
