@@ -280,9 +280,10 @@ class QuerySection(_Section):
                                           "(1 = dense only, 0 = BM25 only).")
     retrieval_candidates: int = Field(50, ge=1, le=1000, description="Passages taken from each of the dense and "
                                       "BM25 rankings as restart candidates.")
-    retrieval_entity_seeds: int = Field(0, ge=0, le=100, description="Nearest entity vectors used as restart "
-                                        "seeds, besides the entities the question names (0: names only; the "
-                                        "measured default, and it needs no entity vector index).")
+    retrieval_entity_seeds: int = Field(5, ge=0, le=100, description="Nearest entity vectors used as restart "
+                                        "seeds, besides the entities the question names (0: names only). 5 "
+                                        "measured best on both dev sets (recall@5 musique100 0.638 -> 0.694, "
+                                        "hotpotqa100 0.781 -> 0.819 against 0; 3 and 10 within 0.007).")
     retrieval_max_walk_nodes: int = Field(50_000, ge=100, description="Graphs up to this many nodes are walked "
                                           "whole; on larger ones the walk runs on the neighbourhood of the "
                                           "restart nodes (grown hop by hop up to this many nodes), which keeps a "

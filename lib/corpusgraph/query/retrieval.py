@@ -67,7 +67,7 @@ class RetrievalWeights:
     passage_weight: float = 0.2  # share of the restart mass put on passages
     dense_weight: float = 0.5  # dense vs BM25 in the hybrid passage score
     candidates: int = 50  # passages (per scorer) and entities taken from the vector indexes
-    entity_seeds: int = 0  # nearest entity vectors used as seeds (0: only entities the question names)
+    entity_seeds: int = 5  # nearest entity vectors used as seeds (0: only entities the question names)
     entity_seed_ratio: float = 0.9  # a vector seed must score at least this share of the best one
     iterations: int = 30
     passage_mix: float = 0.0  # final score: (1 - mix) * PPR + mix * hybrid passage score, each max-scaled
