@@ -98,7 +98,8 @@ def _extract_round(ctx: RunContext, packs, task, part: str):
     n_packs, n_units = int(counts["packs"] or 0), int(counts["units"] or 0)
     if n_packs == 0:
         return Usage(), 0, 0
-    ctx.log(f"  extract: {n_units} units to the model in {n_packs} calls")
+    label = "extract" if part == "round0" else f"extract, gleaning {part}"
+    ctx.log(f"  {label}: {n_units} units to the model in {n_packs} calls")
     run_llm_task(task, in_path, out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
                  cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url())
     usage, _ = usage_from_outputs(out_path, ctx.cfg.llm)
@@ -172,7 +173,20 @@ def resolve(ctx: RunContext) -> StageResult:
     blocking and pair scoring in Spark, the ambiguous band to the LLM on Ray, guarded connected
     components (label propagation, one action per round), long merged descriptions summarised
     on Ray. Intermediate frames are written to the run's hand-off folder and read back, which
-    cuts their lineage and makes each one computed once."""
+    cuts their lineage and makes each one computed once.
+
+    Incremental by construction: nodes and candidate pairs are recomputed (cheap Spark), but a
+    pair whose two node signatures and score fingerprint match its row in `resolve_pairs` keeps
+    its stored score, and a band pair keeps its stored verdict; only pairs touching a new or
+    changed node are scored, and only band pairs without a valid verdict go to the LLM. The
+    components then run over every merge edge, so the outcome is the one a from-scratch resolve
+    gets. The table is rewritten with this run's pairs (pairs whose endpoint is gone drop out).
+
+    Description vectors from the `embeddings` table are not used in the score: they are written
+    by the embed stage after resolve, keyed by entity (not node), so a first build never has
+    them and every later run would: resolution would depend on the warehouse's history instead
+    of its corpus (and an update could not equal a rebuild). The weights were fit without them.
+    """
     from .llm.base import Usage
     from .stages import resolve_blocking as RB
     from .stages import resolve_llm as RL
@@ -207,19 +221,36 @@ def resolve(ctx: RunContext) -> StageResult:
                  "live")
     ments = saved(resolve_stage.mentions(live, sec), "mentions")
     mapping = None
+    pairs_table = None
     if sec.method == "similarity":
         nodes = saved(RB.nodes(ments, live, sec), "nodes")
-        pairs = saved(RB.candidate_pairs(RB.block_keys(nodes, sec), sec), "pairs")
-        emb = ctx.wh.read("embeddings").where((F.col("kind") == "entity") & (F.col("model") == ctx.cfg.embeddings.model))
-        vectors = emb.select(F.col("id").alias("node_id"), "vector")
-        scored = saved(RS.score_pairs(RS.pair_features(pairs, nodes, vectors), sec), "scored")
-        rows.update(nodes=nodes.count(), pairs_scored=scored.count())
-        verdicts = None
+        pairs = RB.candidate_pairs(RB.block_keys(nodes, sec), sec)
+        current = saved(RS.with_signatures(pairs, RS.node_signatures(nodes)), "pairs")
+        score_fp = RS.score_fingerprint(sec)
+        stored = ctx.wh.read("resolve_pairs")
+        reused, todo = RS.split_pairs(current, stored, score_fp)
+        reused = saved(reused, "reused")
+        fresh = saved(RS.score_pairs(RS.pair_features(todo, nodes), sec), "scored-now")
+        cols = ["a", "b", "score", "type_clash"]
+        scored = saved(fresh.select(*cols).unionByName(reused.select(*cols)), "scored")
+        n_reused, n_fresh = reused.count(), fresh.count()
+        rows.update(nodes=nodes.count(), pairs=n_reused + n_fresh, pairs_reused=n_reused, pairs_scored=n_fresh,
+                    pairs_dropped=stored.select("a", "b").join(current, ["a", "b"], "left_anti").count())
+        notes.append(f"pairs: {n_fresh} scored now (a new or changed endpoint), {n_reused} reused from "
+                     f"resolve_pairs, {rows['pairs_dropped']} stored ones dropped (endpoint gone or no longer a candidate)")
+        verdicts, verdict_fp = None, None
         if sec.llm_adjudication:
             prompt = load_prompt(ctx.cfg.prompt_path(sec.prompt_adjudicate))
+            verdict_fp = RL.verdict_fingerprint(prompt, sec, ctx.cfg.llm.model, ctx.cfg.llm.temperature)
             task = RL.AdjudicateTask(sec, prompt, ctx.cfg.llm.temperature)
-            verdicts, rows["adjudicated"] = llm(task, RL.adjudication_inputs(RS.band(scored, sec), nodes), "adjudicate")
+            band = saved(RS.band(scored, sec), "band")
+            known = saved(RL.stored_verdicts(band, reused, verdict_fp), "verdicts-reused")
+            ask = band.join(known.select("a", "b"), ["a", "b"], "left_anti")
+            out, rows["adjudicated"] = llm(task, RL.adjudication_inputs(ask, nodes), "adjudicate")
+            rows["adjudications_reused"] = known.count()
+            verdicts = known if out is None else known.unionByName(out.select("a", "b", "same", "status", "error"))
         decided = saved(RS.decide(scored, sec, verdicts), "decided")
+        pairs_table = RS.stored_pairs(decided, current, score_fp, verdict_fp)
         edges = decided.where("merge").select("a", "b", "score", "method")
 
         def components(edge_df, part):
@@ -258,6 +289,8 @@ def resolve(ctx: RunContext) -> StageResult:
     # overwriteSchema: a warehouse made before entity_aliases had its decision columns takes them.
     aliases.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(ctx.wh.path("entity_aliases"))
     ctx.wh.overwrite("claims", resolve_stage.claims(live, sec, mapping))
+    if pairs_table is not None:  # every read of the stored pairs is behind; now this run's pairs replace them
+        ctx.wh.overwrite("resolve_pairs", pairs_table)
     rows.update(entities=ctx.wh.read("entities").count(), relationships=rels.count(),
                 aliases=ctx.wh.read("entity_aliases").count())
     paid = rows.get("adjudicated", 0) + rows.get("summarised", 0)

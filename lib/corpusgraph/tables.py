@@ -86,6 +86,20 @@ _ALL = [
         ("rejected_reason", pa.string()), ("error", pa.string()),
     ),
     _t(
+        "resolve_pairs", ("a", "b"),
+        "The scored and decided candidate pairs of the last similarity resolve (a < b, node ids of "
+        "normalised names), with each endpoint's signature (a hash of the node features the score and "
+        "the adjudication request read: key, title, type, descriptions, neighbours). An update reuses a "
+        "pair's score, and its LLM verdict, while both signatures and the fingerprints still match, and "
+        "scores and asks only the rest.",
+        ("a", pa.string()), ("b", pa.string()), ("sig_a", pa.string()), ("sig_b", pa.string()),
+        # score_fp: scoring code version and weights; verdict_fp: adjudication prompt, schema, model,
+        # temperature and token limit (null where the pair got no verdict).
+        ("score_fp", pa.string()), ("score", pa.float64()), ("type_clash", pa.bool_()),
+        ("verdict_fp", pa.string()), ("same", pa.bool_()), ("llm_status", pa.string()), ("llm_error", pa.string()),
+        ("merge", pa.bool_()), ("method", pa.string()), ("reason", pa.string()),
+    ),
+    _t(
         "relationships", ("rel_id",), "Undirected relationships between entities, weights accumulated.",
         ("rel_id", pa.string()), ("source_id", pa.string()), ("target_id", pa.string()),
         ("description", pa.string()), ("weight", pa.float64()), ("unit_ids", _STR_LIST),

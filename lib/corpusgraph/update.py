@@ -7,10 +7,21 @@ What each step redoes, and why it is enough:
 - chunk (here): only live documents without units are chunked; units of dead documents are
   removed, both by Delta MERGE. Unit ids are content hashes, so untouched documents keep theirs.
 - extract (steps.extract): sends only units with no stored extraction, i.e. the new ones.
-- resolve (steps.resolve): recomputed from the stored extractions of live units, in Spark, with
-  no LLM call beyond cached ones. Entities, relationships and claims that only deleted units
-  supported disappear because their extractions are no longer live. (An incremental resolve
-  against the alias table is left to the resolve stage's own API; this one is exact.)
+- resolve (steps.resolve): new mentions are resolved against the stored pair decisions, not
+  re-resolved. Nodes (one per normalised name) and candidate pairs are recomputed from the
+  stored extractions of live units (cheap Spark, no LLM). Each node has a signature, a hash of
+  what a pair score and an adjudication request read from it (key, title, type, descriptions,
+  neighbour names); a pair whose two signatures match its row in `resolve_pairs` (and whose
+  scoring and prompt fingerprints still hold) keeps its stored score and LLM verdict. Only
+  pairs touching a new or changed node, i.e. a name the added or deleted units mention, are
+  scored, and only those of them in the ambiguous band go to the LLM; pairs whose endpoint
+  vanished drop out. Connected components (with the chain guard) then run over all merge
+  edges, and entities, aliases, relationships and claims are rebuilt from live mentions, so
+  the tables equal a full rebuild's: a reused decision is the one the rebuild would compute,
+  since everything it depends on is in the signatures and fingerprints. Entities,
+  relationships and claims that only deleted units supported disappear because their
+  extractions are no longer live. The stage's rows say what was redone: pairs_scored,
+  pairs_reused, pairs_dropped, adjudicated, adjudications_reused.
 - communities (here): the previous partition is extended to new nodes by weighted neighbour
   majority, level by level; its modularity on the new graph is compared with the modularity
   recorded when it was detected. Past `update.redetect_drift` (relative loss) the graph is

@@ -54,6 +54,18 @@ def _tokens(spark, cfg, run_id: str) -> int:
     return int(row["t"] or 0)
 
 
+def _tokens_by_stage(spark, cfg, run_id: str) -> dict:
+    """{stage: {calls, tokens}} of one run, from its llm_calls rows: where an update's tokens went."""
+    from pyspark.sql import functions as F
+
+    from corpusgraph.tables import table_path
+
+    calls = spark.read.format("delta").load(table_path(cfg.storage.warehouse, "llm_calls"))
+    rows = calls.where(F.col("run_id") == run_id).collect()
+    return {r["stage"]: {"calls": int(r["calls"]), "cache_hits": int(r["cache_hits"]),
+                         "tokens": int(r["tokens_in"] + r["tokens_out"])} for r in sorted(rows, key=lambda r: r["stage"])}
+
+
 def test_adding_one_percent_costs_at_most_three_percent(spark, tmp_path, scripted_url):
     if not MUSIQUE.is_file():
         pytest.skip(f"{MUSIQUE} is absent: this benchmark needs ../shared/data")
@@ -80,8 +92,12 @@ def test_adding_one_percent_costs_at_most_three_percent(spark, tmp_path, scripte
 
     add_tokens, del_tokens = _tokens(spark, cfg, add.run_id), _tokens(spark, cfg, delete.run_id)
     detail = {name: {"tokens": _tokens(spark, cfg, ctx.run_id), **ctx.results["cost"].rows,
+                     "by_stage": _tokens_by_stage(spark, cfg, ctx.run_id),
+                     "resolve": ctx.results["resolve"].rows,
                      "communities": ctx.results["communities"].rows}
               for name, ctx in (("add_1pct", add), ("delete_1pct", delete))}
+    detail["full_rebuild"] = {"tokens": full_tokens, "by_stage": _tokens_by_stage(spark, cfg, full.run_id),
+                              "resolve": full.results["resolve"].rows, "communities": full.results["communities"].rows}
     RESULTS.write_text(json.dumps({
         "token_fraction_add_1pct": round(add_tokens / full_tokens, 5),
         "token_fraction_delete_1pct": round(del_tokens / full_tokens, 5),

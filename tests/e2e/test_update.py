@@ -3,8 +3,9 @@ deterministic scripted OpenAI-compatible server whose answers follow the text, s
 changes when documents do.
 
 After an index, an update that adds documents and one that deletes and edits some, the entity,
-alias, relationship and claim tables equal those of a full rebuild of the final corpus (same
-response cache); communities either were re-detected (then they equal the rebuild's) or kept, in
+alias, relationship, claim and resolve_pairs tables equal those of a full rebuild of the final
+corpus (same response cache), while each update's resolve scored only the candidate pairs that
+touch a name the added or removed units mention and reused the stored rest; communities either were re-detected (then they equal the rebuild's) or kept, in
 which case their modularity on the final graph is within 2 x update.redetect_drift of the
 rebuild's (the stated tolerance).
 """
@@ -31,7 +32,8 @@ DOCS = {
     "d.txt": "Fenmore Foods uses Brightwater Haulage at Valencia. Fenmore Foods lost a load near Milan.",
 }
 ADDED = {
-    "e.md": "Nordlicht Shipping signed with Halvard Quist in Hamburg. Nordlicht Shipping sails to Rotterdam.",
+    # "Fenmore Foods Group" shares blocks with d.txt's "Fenmore Foods": a candidate pair the update scores.
+    "e.md": "Nordlicht Shipping signed with Halvard Quist in Hamburg. Fenmore Foods Group sails to Rotterdam.",
     "f.md": "Vistula Carriers joined Kestrel Logistics at Katowice. Vistula Carriers runs trucks to Leipzig.",
 }
 EDITED_C = "Kestrel Logistics closed its Leipzig depot. Anton Weber moved to Dresden with Kestrel Logistics."
@@ -53,7 +55,9 @@ def _cfg(root, inputs, cache, url, **extra):
         "storage.warehouse": str(root / "wh"), "storage.index_dir": str(root / "idx"),
         "storage.cache_dir": str(cache), "ingest.inputs": f"[{inputs}]",
         "llm.backend": "openai", "llm.api_base": url, "llm.model": "scripted", "llm.concurrency": "8",
-        "chunk.size_tokens": "40", "chunk.overlap_tokens": "8", **extra,
+        "chunk.size_tokens": "40", "chunk.overlap_tokens": "8",
+        # Every candidate pair below auto_threshold goes to the (scripted) adjudicator, so verdict reuse runs too.
+        "resolve.band_low": "0.0", **extra,
     })
 
 
@@ -109,6 +113,57 @@ def test_graph_tables_equal_a_full_rebuild(sequence):
     titles = {r["title"] for r in _rows(change, "entities", "entity_id")}
     assert "Orsolya Foods" not in titles  # only the deleted document named it
     assert {"Nordlicht Shipping", "Dresden"} <= titles  # added and edited documents did
+
+
+def _pair_rows(ctx):
+    return sorted((r["a"], r["b"], r["sig_a"], r["sig_b"], r["score"], r["merge"], r["reason"], r["llm_status"])
+                  for r in ctx.wh.read("resolve_pairs").collect())
+
+
+def _nodes_of_units(ctx, unit_ids):
+    """Node ids of every name the units' extractions mention (listed or as a relationship end)."""
+    from pyspark.sql import functions as F
+
+    from corpusgraph.stages import resolve as R
+
+    ex = ctx.wh.read("extractions").where(F.col("unit_id").isin(sorted(unit_ids)) & (F.col("status") == "ok"))
+    return {r["entity_id"] for r in R.mentions(ex, ctx.cfg.resolve).select("entity_id").distinct().collect()}
+
+
+def _handoff_pairs(ctx, part):
+    return {(r["a"], r["b"]) for r in ctx.spark.read.parquet(ctx.handoff("resolve", part)).select("a", "b").collect()}
+
+
+def test_updates_resolve_only_pairs_touching_changed_documents(sequence):
+    from pyspark.sql import functions as F
+
+    first, add, change, full = sequence
+    r0, r1, r2 = (c.results["resolve"].rows for c in (first, add, change))
+    assert r0["pairs_reused"] == 0 and r0["pairs_scored"] == r0["pairs"] > 0
+    # Add: the units of the two new documents name a set of nodes; only pairs touching one were scored.
+    docs = add.wh.read("documents")
+    units = add.wh.read("text_units")
+    new_units = {r["unit_id"] for r in units.join(docs.where(F.col("source_uri").rlike(r"/(e|f)\.md$")), "doc_id")
+                 .select("unit_id").collect()}
+    touched = _nodes_of_units(add, new_units)
+    scored_now, current = _handoff_pairs(add, "scored-now"), _handoff_pairs(add, "pairs")
+    assert len(scored_now) == r1["pairs_scored"] > 0 and r1["pairs_scored"] + r1["pairs_reused"] == r1["pairs"]
+    assert all(a in touched or b in touched for a, b in scored_now)
+    away = {(a, b) for a, b in current if a not in touched and b not in touched}
+    assert away and r1["pairs_reused"] >= len(away)  # nothing away from the new documents was scored again
+    # band_low 0: every pair under auto_threshold is adjudicated once; an update asks only about new pairs.
+    assert r0["adjudicated"] > 0 and r1["adjudications_reused"] > 0 and r1["adjudicated"] <= r1["pairs_scored"]
+    # Delete b.md and edit c.txt: only pairs touching names of the removed or added units were scored.
+    live = {r["unit_id"] for r in change.wh.read("text_units").collect()}
+    dead = {r["unit_id"] for r in change.wh.read("extractions").select("unit_id").collect()} - live
+    edited = {r["unit_id"] for r in change.wh.read("text_units").join(
+        change.wh.read("documents").where(F.col("source_uri").endswith("/c.txt") & ~F.col("deleted")), "doc_id")
+        .select("unit_id").collect()}
+    touched = _nodes_of_units(change, dead | edited)
+    assert all(a in touched or b in touched for a, b in _handoff_pairs(change, "scored-now"))
+    assert r2["pairs_reused"] > 0 and r2["pairs_dropped"] > 0 and r2["adjudicated"] <= r2["pairs_scored"]
+    # Reused decisions are the rebuild's decisions.
+    assert _pair_rows(change) == _pair_rows(full)
 
 
 def test_communities_redetected_or_within_tolerance(sequence):

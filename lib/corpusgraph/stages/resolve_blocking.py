@@ -17,8 +17,10 @@ likely to share:
 
 The trigram MinHash signature is the blocking "embedding" at every corpus size: it costs a few
 hashes per name in Spark, where the MiniLM model manages about 30 texts/s on this CPU, and
-names that differ in form differ in characters, not in meaning. Description embeddings, where
-the `embeddings` table already holds them, enter the pair score instead (resolve_score.py).
+names that differ in form differ in characters, not in meaning. Description embeddings can
+enter the pair score instead (resolve_score.pair_features takes optional node vectors); the
+resolve step passes none, since the `embeddings` table is written after resolve and by entity,
+so using it would make resolution depend on the warehouse's history (steps.resolve).
 
 Keys are type-free on purpose: a relationship endpoint the model did not list has type
 UNKNOWN and must still meet its typed spelling; type conflicts are settled in the score.

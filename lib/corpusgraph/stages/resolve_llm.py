@@ -20,7 +20,10 @@ from ..llm.base import ChatRequest, ChatResult
 from ..prompts import Prompt
 
 __all__ = ["adjudication_schema", "adjudication_inputs", "AdjudicateTask", "parse_verdict", "summary_schema",
-           "SummariseTask", "parse_summary"]
+           "SummariseTask", "parse_summary", "verdict_fingerprint", "stored_verdicts", "REUSABLE_STATUSES"]
+
+# Verdicts that the same request would get again from the response cache; an llm_error is asked again.
+REUSABLE_STATUSES = ("ok", "parse_error")
 
 _DESC_CHARS = 300  # per side in an adjudication: enough to tell two things apart, cheap to read
 
@@ -45,6 +48,22 @@ def adjudication_inputs(band_pairs, nodes_df):
 
     return band_pairs.select("a", "b", "score").join(side("a"), "a").join(side("b"), "b").select(
         "a", "b", "score", "a_name", "a_type", "a_desc", "a_neighbours", "b_name", "b_type", "b_desc", "b_neighbours")
+
+
+def verdict_fingerprint(prompt: Prompt, section: ResolveSection, model: str, temperature: float) -> str:
+    """Everything an adjudication answer depends on besides the two nodes (whose part is in their
+    signatures, resolve_score.node_signatures): prompt, schema, model, temperature, limits."""
+    return prompt.hash(adjudication_schema(), section.adjudicate_max_tokens, model, temperature, _DESC_CHARS)
+
+
+def stored_verdicts(band_pairs, reused, fingerprint: str):
+    """(a, b, same, status, error) of the band pairs whose stored verdict still holds: the pair was
+    reused (same signatures) and its verdict has this fingerprint and a reusable status."""
+    from pyspark.sql import functions as F
+
+    ok = reused.where((F.col("verdict_fp") == fingerprint) & F.col("llm_status").isin(*REUSABLE_STATUSES))
+    return band_pairs.select("a", "b").join(ok, ["a", "b"]).select(
+        "a", "b", "same", F.col("llm_status").alias("status"), F.col("llm_error").alias("error"))
 
 
 def _describe(row: dict, tag: str) -> str:

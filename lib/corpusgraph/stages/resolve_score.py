@@ -31,6 +31,13 @@ known and differ. The weights (ResolveSection.weights) were fit by logistic regr
 labelled set of tests/benchmarks/resolution_set.py (seed 1) and are evaluated on another seed.
 Decisions: score >= auto_threshold merges ("similarity"); [band_low, auto_threshold) goes to the
 LLM when adjudication is on ("llm" when it says yes); below the band nothing merges.
+
+Reuse across runs (the `resolve_pairs` table). A pair's score reads only its two nodes' key,
+type, descriptions and neighbour keys, and its adjudication request reads those plus the titles;
+`node_signatures` hashes exactly these. A stored pair whose two signatures and `score_fingerprint`
+(this module's SCORE_VERSION and the weights) still match has the score it would get again, so
+`split_pairs` keeps it and hands only the others (a new or changed endpoint) to pair_features.
+Thresholds are not in the fingerprint: decide() runs over every pair on each resolve.
 """
 
 from __future__ import annotations
@@ -38,7 +45,11 @@ from __future__ import annotations
 from ..config import ResolveSection
 from .resolve import UNKNOWN
 
-__all__ = ["pair_features", "score_pairs", "band", "decide", "FEATURES"]
+__all__ = ["pair_features", "score_pairs", "band", "decide", "FEATURES", "SCORE_VERSION", "node_signatures",
+           "score_fingerprint", "with_signatures", "split_pairs", "stored_pairs"]
+
+# Bump when pair_features or score_pairs change what a score is: stored scores stop matching.
+SCORE_VERSION = "1"
 
 FEATURES = ["name", "name_strong", "small_edit", "initials", "desc", "neighbours", "no_context", "extra_tail", "extra_head", "extra_inner",
             "number_clash", "related"]
@@ -188,3 +199,61 @@ def decide(scored, section: ResolveSection, verdicts=None):
     return s.withColumn("merge", auto | llm_yes).withColumn(
         "method", F.when(auto, "similarity").when(llm_yes, "llm")).withColumn("reason", reason).withColumn(
         "error", F.col("llm_error"))
+
+
+# -- reuse of stored pairs (resolve_pairs) ----------------------------------------------------------
+
+SIGNATURE_COLS = ("key", "title", "type", "descs", "neighbours")
+
+
+def node_signatures(nodes_df):
+    """(node_id, sig): a hash of every node column a pair score or an adjudication request reads
+    (the other node columns, tokens, grams, dwords, acronym, nospace, derive from these)."""
+    from pyspark.sql import functions as F
+
+    return nodes_df.select("node_id", F.substring(F.sha2(F.to_json(F.struct(*SIGNATURE_COLS)), 256), 1, 32)
+                           .alias("sig"))
+
+
+def score_fingerprint(section: ResolveSection) -> str:
+    """What a stored score depends on besides its two nodes: the scoring code's version and the weights."""
+    import hashlib
+    import json
+
+    payload = json.dumps({"version": SCORE_VERSION, "features": FEATURES, "unknown": UNKNOWN,
+                          "weights": {k: float(v) for k, v in section.weights.items()}}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def with_signatures(pairs, sigs):
+    """(a, b) -> (a, b, sig_a, sig_b)."""
+    from pyspark.sql import functions as F
+
+    return pairs.select("a", "b").join(sigs.select(F.col("node_id").alias("a"), F.col("sig").alias("sig_a")), "a") \
+        .join(sigs.select(F.col("node_id").alias("b"), F.col("sig").alias("sig_b")), "b").select("a", "b", "sig_a", "sig_b")
+
+
+def split_pairs(current, stored, fingerprint: str):
+    """(reused, todo). current: (a, b, sig_a, sig_b) of this run's candidate pairs; stored: the
+    resolve_pairs table. reused: current pairs whose stored row has the same signatures and score
+    fingerprint, with the stored score, type_clash and verdict columns; todo: (a, b) of the rest,
+    the only pairs that need scoring."""
+    from pyspark.sql import functions as F
+
+    keys = ["a", "b", "sig_a", "sig_b"]
+    valid = stored.where(F.col("score_fp") == fingerprint).select(
+        *keys, "score", "type_clash", "verdict_fp", "same", "llm_status", "llm_error")
+    reused = current.join(valid, keys, "inner")
+    todo = current.join(valid.select(*keys), keys, "left_anti").select("a", "b")
+    return reused, todo
+
+
+def stored_pairs(decided, current, score_fp: str, verdict_fp: str | None):
+    """decide()'s rows with their signatures and fingerprints: the next resolve_pairs table.
+    verdict_fp goes only on rows that hold a verdict (llm_status set)."""
+    from pyspark.sql import functions as F
+
+    return decided.join(current, ["a", "b"]).select(
+        "a", "b", "sig_a", "sig_b", F.lit(score_fp).alias("score_fp"), "score", "type_clash",
+        F.when(F.col("llm_status").isNotNull(), F.lit(verdict_fp)).cast("string").alias("verdict_fp"),
+        "same", "llm_status", "llm_error", "merge", "method", "reason")
