@@ -169,7 +169,8 @@ def report_overhead(cfg: Config) -> int:
 class Rates:
     """What only the model's answers decide, per call or per unit."""
 
-    extract_out_per_call: float
+    extract_out_per_call: float  # answer tokens per unit (extract.max_tokens is per unit; a packed call
+    #                              answers for each of its units), i.e. per call at units_per_call 1
     report_out_per_call: float
     entities_per_unit: float
     reports_per_entity: float
@@ -177,6 +178,14 @@ class Rates:
     input_correction: float = 1.0  # measured prompt tokens / counted ones (1.0 when not measured)
     glean_fraction: float = 0.5  # share of packs a gleaning round goes to (compounded per round)
     source: str = "config rates"
+    # True when the extract rates were measured from extraction rows: a row's tokens add up over
+    # its gleaning rounds, so input_correction and extract_out_per_call already hold the gleaning
+    # tokens, and the estimate adds gleaning calls but not their tokens a second time.
+    gleaning_included: bool = False
+    # Measured on a calibration sample (None: the config's per-entity rates are used).
+    resolve_calls_per_entity: float | None = None
+    resolve_in_per_call: float = 0.0
+    resolve_out_per_call: float = 0.0
 
     @classmethod
     def from_config(cls, cfg: Config) -> "Rates":
@@ -252,28 +261,39 @@ def estimate_from_counts(counts: dict, rates: Rates, cfg: Config, *, documents: 
     ex_calls = counts["requests"]
     gleanings = int(getattr(cfg.extract, "glean_rounds", 0) or 0) if ex_calls else 0
     ex_in = counts["tokens_in"] * corr
-    ex_out = ex_calls * rates.extract_out_per_call
+    # Answer tokens are per unit: a packed call's answer covers each of its units.
+    ex_out = (units if ex_calls else 0) * rates.extract_out_per_call
     first_calls, per_call_in = ex_calls, (counts["tokens_in"] * corr / ex_calls if ex_calls else 0.0)
+    out_per_call = ex_out / ex_calls if ex_calls else 0.0
     for k in range(1, gleanings + 1):
         # A round goes only to packs whose answer looked incomplete (rates.glean_fraction of them,
         # fewer each round); it re-sends the prompt and texts plus the list of what was found.
         calls = first_calls * rates.glean_fraction ** k
         ex_calls += calls
-        ex_in += calls * (per_call_in + _GLEAN_PROMPT_TOKENS + 0.5 * rates.extract_out_per_call)
-        ex_out += calls * rates.extract_out_per_call * 0.5
+        if not rates.gleaning_included:
+            ex_in += calls * (per_call_in + _GLEAN_PROMPT_TOKENS + 0.5 * out_per_call)
+            ex_out += calls * out_per_call * 0.5
     basis = "counted prompts" if getattr(cfg.extract, "method", "llm") == "llm" else "fast method: no LLM"
-    stages.append(StageEstimate("extract", round(ex_calls), round(ex_in), round(ex_out),
-                                basis + (f", {gleanings} gleaning round(s)" if gleanings else "")))
+    if gleanings:
+        basis += f", {gleanings} gleaning round(s)" + (" (their tokens measured in the rates)"
+                                                        if rates.gleaning_included else "")
+    stages.append(StageEstimate("extract", round(ex_calls), round(ex_in), round(ex_out), basis))
 
     entities = units * rates.entities_per_unit
     r = cfg.resolve
     similarity = getattr(r, "method", "exact") != "exact"
-    adj = min(entities * cfg.estimate.adjudications_per_entity, getattr(r, "max_adjudications", 0)) \
-        if similarity and getattr(r, "llm_adjudication", False) else 0.0
-    summ = entities * cfg.estimate.summaries_per_entity if getattr(r, "summarise_descriptions", False) else 0.0
-    res_out = adj * getattr(r, "adjudicate_max_tokens", 0) * 0.5 + summ * getattr(r, "summary_max_tokens", 0) * 0.7
-    stages.append(StageEstimate("resolve", round(adj + summ), round((adj + summ) * cfg.estimate.resolve_tokens_in),
-                                round(res_out), "rates per entity" if adj + summ else "no LLM call configured"))
+    llm_resolve = (similarity and getattr(r, "llm_adjudication", False)) or getattr(r, "summarise_descriptions", False)
+    if rates.resolve_calls_per_entity is not None and llm_resolve:
+        calls = entities * rates.resolve_calls_per_entity
+        stages.append(StageEstimate("resolve", round(calls), round(calls * rates.resolve_in_per_call),
+                                    round(calls * rates.resolve_out_per_call), "calls per entity and tokens per call measured"))
+    else:
+        adj = min(entities * cfg.estimate.adjudications_per_entity, getattr(r, "max_adjudications", 0)) \
+            if similarity and getattr(r, "llm_adjudication", False) else 0.0
+        summ = entities * cfg.estimate.summaries_per_entity if getattr(r, "summarise_descriptions", False) else 0.0
+        res_out = adj * getattr(r, "adjudicate_max_tokens", 0) * 0.5 + summ * getattr(r, "summary_max_tokens", 0) * 0.7
+        stages.append(StageEstimate("resolve", round(adj + summ), round((adj + summ) * cfg.estimate.resolve_tokens_in),
+                                    round(res_out), "rates per entity" if adj + summ else "no LLM call configured"))
 
     reports = entities * rates.reports_per_entity
     rep_in = reports * (overhead + rates.report_context_tokens * text_ratio) * corr
@@ -327,6 +347,8 @@ def warehouse_rates(wh, cfg: Config, *, source: str) -> tuple[Rates, dict]:
         report_context_tokens=fallback.report_context_tokens,
         input_correction=corr, source=source,
         glean_fraction=float(ex_row["glean"]) if ex_row["n"] and ex_row["glean"] is not None else fallback.glean_fraction,
+        # the rows' tokens_in / tokens_out add up over their gleaning rounds (stages/extract.py)
+        gleaning_included=bool(ex_row["n"] and counts["requests"]),
     )
     reps = wh.read("community_reports").where(F.col("status") != "llm_error")
     rep = reps.agg(F.count("*").alias("n"), F.avg("tokens_in").alias("tin"), F.avg("tokens_out").alias("tout")).first()
@@ -336,8 +358,37 @@ def warehouse_rates(wh, cfg: Config, *, source: str) -> tuple[Rates, dict]:
         rates.report_out_per_call = float(rep["tout"] or 0.0)
         rates.report_context_tokens = max(0.0, (float(rep["tin"] or 0.0) / corr - report_overhead(cfg)) / text_ratio)
     else:
-        rates.source += " (no report in it: report rates from config)"
+        # No report to measure (e.g. a calibration sample whose communities are all too small):
+        # the context is not a fixed share of the budget but what a report would be built from,
+        # its entities' and relationships' lines (measured here, per entity) times the entities
+        # per reported community the rates imply, capped by the budget.
+        per_entity = _context_tokens_per_entity(wh)
+        if per_entity is not None and rates.reports_per_entity > 0:
+            rates.report_context_tokens = min(float(cfg.reports.max_input_tokens), per_entity / rates.reports_per_entity)
+            rates.source += " (no report in it: report count and answer length from config, context from its entities)"
+        else:
+            rates.source += " (no report in it: report rates from config)"
     return rates, counts
+
+
+def _context_tokens_per_entity(wh, limit: int = 2000) -> float | None:
+    """Mean cl100k tokens per entity of the lines a report context holds (stages/reports.build_context):
+    each entity's line plus its share of the relationship lines among them; on at most `limit` entities."""
+    from pyspark.sql import functions as F
+
+    from .tokens import count_tokens
+
+    ents = wh.read("entities").orderBy("entity_id").select("entity_id", "title", "type", "description").limit(limit).collect()
+    if not ents:
+        return None
+    title = {e["entity_id"]: e["title"] for e in ents}
+    ids = list(title)
+    rels = wh.read("relationships").where(F.col("source_id").isin(ids) & F.col("target_id").isin(ids)).select(
+        "source_id", "target_id", "description", "weight").collect()
+    total = sum(count_tokens(f"- {e['title']} ({e['type']}): {e['description'] or ''}") + 1 for e in ents)
+    total += sum(count_tokens(f"- {title[r['source_id']]} -> {title[r['target_id']]} [weight {r['weight'] or 0:g}]: "
+                              f"{r['description'] or ''}") + 1 for r in rels)
+    return total / len(ents)
 
 
 def _scratch_cfg(cfg: Config, folder: Path) -> Config:
@@ -359,8 +410,15 @@ def calibrate(cfg: Config, spark, text_units, n: int, folder: Path) -> Rates:
     order = F.sha2(F.concat_ws("|", F.col("unit_id"), F.lit(str(cfg.estimate.calibrate_seed))), 256)
     ctx.wh.overwrite("text_units", text_units.orderBy(order).limit(n))
     ctx.log(f"calibrating on {n} sampled units with the real model ({cfg.llm.model})")
-    run_index(ctx, ["extract", "resolve", "communities", "reports"])
+    results = run_index(ctx, ["extract", "resolve", "communities", "reports"])
     rates, _ = warehouse_rates(ctx.wh, cfg, source=f"calibrated on {n} units")
+    # Resolve's LLM calls (adjudications, description summaries) leave no per-call rows in the
+    # warehouse; the sample run's own accounting measures them. A sample that made none leaves the
+    # config's per-entity rates in place: no call on a few units is no rate for the corpus.
+    used, n_ents = results["resolve"].usage, ctx.wh.read("entities").count()
+    if used is not None and used.calls and n_ents:
+        rates.resolve_calls_per_entity = used.calls / n_ents
+        rates.resolve_in_per_call, rates.resolve_out_per_call = used.tokens_in / used.calls, used.tokens_out / used.calls
     return rates
 
 
