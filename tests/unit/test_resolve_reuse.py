@@ -8,16 +8,14 @@ rest, and ends with the same tables as a from-scratch resolve of the final units
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pytest
 
 from corpusgraph.config import ResolveSection, load_config
 from corpusgraph.prompts import Prompt
 from corpusgraph.stages import resolve_score as RS
 from tests.conftest import REPO
+from tests.spark.test_resolve import extraction
 
-AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 # (unit, [(name, type, description)], [(source, target, strength)])
 BASE = [
@@ -58,15 +56,6 @@ def test_verdict_fingerprint_follows_prompt_model_and_limits():
 
 # -- the real step on Delta -----------------------------------------------------------------------
 
-def _extraction(unit_id, entities, rels, phash, model):
-    return {
-        "unit_id": unit_id, "prompt_hash": phash, "model": model, "status": "ok",
-        "entities": [{"name": n, "type": t, "description": d} for n, t, d in entities],
-        "relationships": [{"source": s, "target": t, "description": f"{s} - {t}", "strength": w} for s, t, w in rels],
-        "claims": [], "tokens_in": 1, "tokens_out": 1, "gleanings": 0, "error": None, "raw": "{}",
-        "run_id": "r", "extracted_at": AT,
-    }
-
 
 def _context(spark, folder, **overrides):
     from corpusgraph.pipeline import RunContext
@@ -85,7 +74,7 @@ def _load(ctx, units):
     from corpusgraph.tables import spark_schema
 
     _, phash, model = steps.extract_identity(ctx)
-    rows = [_extraction(u, e, r, phash, model) for u, e, r in units]
+    rows = [extraction(u, e, r, phash, model) for u, e, r in units]
     ctx.wh.overwrite("extractions", ctx.spark.createDataFrame(rows, spark_schema("extractions")))
     ctx.wh.overwrite("text_units", ctx.spark.createDataFrame(
         [(u, "d", 0, "", 0, 0, 0) for u, _, _ in units],
