@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import re
+import subprocess
+import sys
 
 from aiohttp import web
 
@@ -154,6 +157,17 @@ async def serve(port: int) -> None:
     bound = site._server.sockets[0].getsockname()[1]  # port 0: the kernel chose one
     print(f"http://127.0.0.1:{bound}/v1", flush=True)
     await asyncio.Event().wait()
+
+
+@contextlib.contextmanager
+def running():
+    """This server in a separate process on a free port, for the `with` block; yields its base URL."""
+    proc = subprocess.Popen([sys.executable, __file__, "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def main() -> None:

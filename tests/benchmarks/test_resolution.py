@@ -32,6 +32,7 @@ import pytest
 
 from tests.benchmarks.resolution_set import extraction_rows, generate, generate_mentions, pairwise, summary
 from tests.conftest import REPO
+from tests.spark.test_resolve import fresh_context
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -69,20 +70,6 @@ def spark(tmp_path_factory):
     session.stop()
 
 
-def resolve_context(spark, tmp_path, **overrides):
-    """A RunContext on a fresh warehouse with `overrides` on conf/local.yaml."""
-    from corpusgraph.config import load_config
-    from corpusgraph.pipeline import RunContext
-
-    base = {"storage.warehouse": str(tmp_path / "wh"), "storage.index_dir": str(tmp_path / "idx"),
-            "storage.cache_dir": str(tmp_path / "cache"), "resolve.llm_adjudication": "false",
-            "resolve.summarise_descriptions": "false"}
-    cfg = load_config(REPO / "conf" / "local.yaml", {**base, **overrides})
-    ctx = RunContext(cfg, spark)
-    ctx.wh.ensure_all()
-    return ctx
-
-
 def load_extractions(ctx, rows, tmp_path):
     """Generated units -> the extractions and text_units tables, via Parquet (fast at 1M)."""
     import pyarrow as pa
@@ -116,7 +103,7 @@ def run_quality(spark, tmp_path, method, seed=2, **overrides):
     from corpusgraph import steps
 
     rows, gold = generate(QUALITY_ENTITIES, seed=seed)
-    ctx = resolve_context(spark, tmp_path / method, **{"resolve.method": method, **overrides})
+    ctx = fresh_context(spark, tmp_path / method, **{"resolve.method": method, **overrides})
     load_extractions(ctx, rows, tmp_path)
     t0 = time.perf_counter()
     res = steps.resolve(ctx)
@@ -155,7 +142,7 @@ def run_scale(spark, tmp_path, n_mentions):
     assert len(gold) == n_mentions
     described = summary(gold)
     del gold
-    ctx = resolve_context(spark, tmp_path / f"n{n_mentions}")
+    ctx = fresh_context(spark, tmp_path / f"n{n_mentions}")
     (tmp_path / f"n{n_mentions}").mkdir(parents=True, exist_ok=True)
     load_extractions(ctx, rows, tmp_path / f"n{n_mentions}")
     del rows

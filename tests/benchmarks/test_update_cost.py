@@ -15,8 +15,6 @@ import datetime as dt
 import json
 import os
 import platform
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ import pytest
 from corpusgraph.config import load_config
 from corpusgraph.pipeline import RunContext, run_index
 from corpusgraph.update import run_update
+from tests.benchmarks import scripted_server
 from tests.conftest import REPO, SHARED_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.spark, pytest.mark.ray]
@@ -35,13 +34,8 @@ N_DOCS = 100
 
 @pytest.fixture(scope="module")
 def scripted_url():
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "scripted_server.py"), "--port", "0"],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with scripted_server.running() as url:
+        yield url
 
 
 def _tokens(spark, cfg, run_id: str) -> int:

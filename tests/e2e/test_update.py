@@ -13,14 +13,13 @@ rebuild's (the stated tolerance).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from corpusgraph.config import load_config
 from corpusgraph.pipeline import RunContext, run_index
 from corpusgraph.update import run_update
+from tests.benchmarks import scripted_server
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.ray]
@@ -41,13 +40,8 @@ EDITED_C = "Kestrel Logistics closed its Leipzig depot. Anton Weber moved to Dre
 
 @pytest.fixture(scope="module")
 def scripted_url():
-    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "benchmarks" / "scripted_server.py"), "--port", "0"],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with scripted_server.running() as url:
+        yield url
 
 
 def _cfg(root, inputs, cache, url, **extra):

@@ -60,17 +60,24 @@ def extraction(unit_id, entities, rels, phash="P", model="M"):
     }
 
 
-def context(spark, tmp_path, units=UNITS, **overrides):
-    """The real step's context on a fresh warehouse holding `units` as extractions."""
-    from corpusgraph import steps
-    from corpusgraph.tables import spark_schema
-
+def fresh_context(spark, tmp_path, **overrides):
+    """A RunContext on a fresh, empty warehouse under tmp_path: conf/local.yaml with no LLM in
+    resolve unless `overrides` turn it on."""
     base = {"storage.warehouse": str(tmp_path / "wh"), "storage.index_dir": str(tmp_path / "idx"),
             "storage.cache_dir": str(tmp_path / "cache"), "resolve.llm_adjudication": "false",
             "resolve.summarise_descriptions": "false"}
     cfg = load_config(REPO / "conf" / "local.yaml", {**base, **overrides})
     ctx = RunContext(cfg, spark)
     ctx.wh.ensure_all()
+    return ctx
+
+
+def context(spark, tmp_path, units=UNITS, **overrides):
+    """The real step's context on a fresh warehouse holding `units` as extractions."""
+    from corpusgraph import steps
+    from corpusgraph.tables import spark_schema
+
+    ctx = fresh_context(spark, tmp_path, **overrides)
     _, phash, model = steps.extract_identity(ctx)
     rows = [extraction(u, e, r, phash, model) for u, e, r in units]
     ctx.wh.overwrite("extractions", spark.createDataFrame(rows, spark_schema("extractions")))
