@@ -18,12 +18,16 @@ is recorded with its status and error text, and its answer is passed back to the
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
 
 import aiohttp
 from aiohttp import web
+
+try:
+    from tests.benchmarks.child_server import run_server, serve_forever
+except ImportError:  # run as a script: its own folder is on sys.path
+    from child_server import run_server, serve_forever
 
 
 def _first_user(request: dict) -> str | None:
@@ -92,27 +96,12 @@ def make_app(upstream: str) -> web.Application:
     return app
 
 
-async def serve(upstream: str, port: int) -> None:
-    runner = web.AppRunner(make_app(upstream), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    print(f"http://127.0.0.1:{runner.addresses[0][1]}/v1", flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--upstream", required=True, help="base URL of the real server, ending in /v1")
     ap.add_argument("--port", type=int, default=0, help="0 picks a free port")
     args = ap.parse_args()
-    try:
-        asyncio.run(serve(args.upstream, args.port))
-    except KeyboardInterrupt:
-        pass
+    run_server(serve_forever(make_app(args.upstream), args.port))
 
 
 if __name__ == "__main__":

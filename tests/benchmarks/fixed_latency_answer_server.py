@@ -19,13 +19,17 @@ max_concurrent.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import time
 from typing import Any
 
 from aiohttp import web
+
+try:
+    from tests.benchmarks.child_server import run_server, serve_forever, slots_latency_args
+except ImportError:  # run as a script: its own folder is on sys.path
+    from child_server import run_server, serve_forever, slots_latency_args
 
 TEXT_ANSWER = "The reports and sources agree on the main point [U1] [P1]."
 
@@ -93,30 +97,9 @@ def make_app(slots: int, latency_s: float) -> web.Application:
     return app
 
 
-async def serve(slots: int, latency_s: float, port: int) -> None:
-    runner = web.AppRunner(make_app(slots, latency_s), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port, backlog=max(1024, slots * 4))
-    await site.start()
-    print(f"http://127.0.0.1:{runner.addresses[0][1]}/v1", flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--slots", type=int, required=True)
-    ap.add_argument("--latency-s", type=float, required=True)
-    ap.add_argument("--port", type=int, default=0)
-    args = ap.parse_args()
-    if args.slots < 1 or args.latency_s <= 0:
-        ap.error("--slots must be >= 1 and --latency-s > 0")
-    try:
-        asyncio.run(serve(args.slots, args.latency_s, args.port))
-    except KeyboardInterrupt:
-        pass
+    args = slots_latency_args(__doc__.splitlines()[0])
+    run_server(serve_forever(make_app(args.slots, args.latency_s), args.port, backlog=max(1024, args.slots * 4)))
 
 
 if __name__ == "__main__":

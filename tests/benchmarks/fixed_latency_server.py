@@ -28,12 +28,16 @@ against one server can still be told apart.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import time
 
 from aiohttp import web
+
+try:
+    from tests.benchmarks.child_server import run_server, serve_forever, slots_latency_args
+except ImportError:  # run as a script: its own folder is on sys.path
+    from child_server import run_server, serve_forever, slots_latency_args
 
 # A fixed answer that passes the extract stage's schema and parser; its size is near a real one.
 ANSWER = json.dumps({
@@ -171,31 +175,13 @@ def make_app(slots: int, latency_s: float) -> web.Application:
 
 
 async def serve(slots: int, latency_s: float, port: int) -> None:
-    runner = web.AppRunner(make_app(slots, latency_s), access_log=None)
-    await runner.setup()
     # A backlog above the slot count: queued clients wait in the app, not in the kernel.
-    site = web.TCPSite(runner, "127.0.0.1", port, backlog=max(1024, slots * 4))
-    await site.start()
-    bound = runner.addresses[0][1]
-    print(f"http://127.0.0.1:{bound}/v1", flush=True)
-    try:
-        await asyncio.Event().wait()  # until the process is told to stop
-    finally:
-        await runner.cleanup()
+    await serve_forever(make_app(slots, latency_s), port, backlog=max(1024, slots * 4))
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--slots", type=int, required=True, help="requests served at once; the rest queue")
-    ap.add_argument("--latency-s", type=float, required=True, help="seconds each request takes once in a slot")
-    ap.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    args = ap.parse_args()
-    if args.slots < 1 or args.latency_s <= 0:
-        ap.error("--slots must be >= 1 and --latency-s > 0")
-    try:
-        asyncio.run(serve(args.slots, args.latency_s, args.port))
-    except KeyboardInterrupt:
-        pass
+    args = slots_latency_args(__doc__.splitlines()[0])
+    run_server(serve(args.slots, args.latency_s, args.port))
 
 
 if __name__ == "__main__":

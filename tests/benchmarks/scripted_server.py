@@ -18,15 +18,18 @@ The first stdout line is the base URL (".../v1"). GET /stats returns {"served": 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import hashlib
 import json
 import re
-import subprocess
 import sys
 
 from aiohttp import web
+
+try:
+    from tests.benchmarks.child_server import ChildServer, run_server, serve_forever
+except ImportError:  # run as a script: its own folder is on sys.path
+    from child_server import ChildServer, run_server, serve_forever
 
 _PHRASE = re.compile(r"\b[A-Z][\w&'-]*(?:\s+(?:of\s+|&\s+)?[A-Z][\w&'-]*){0,3}")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
@@ -149,31 +152,17 @@ def make_app() -> web.Application:
     return app
 
 
-async def serve(port: int) -> None:
-    runner = web.AppRunner(make_app())
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # port 0: the kernel chose one
-    print(f"http://127.0.0.1:{bound}/v1", flush=True)
-    await asyncio.Event().wait()
-
-
 @contextlib.contextmanager
 def running():
     """This server in a separate process on a free port, for the `with` block; yields its base URL."""
-    proc = subprocess.Popen([sys.executable, __file__, "--port", "0"], stdout=subprocess.PIPE, text=True)
-    try:
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with ChildServer(__file__, "--port", "0") as server:
+        yield server.base_url
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=0)
-    asyncio.run(serve(p.parse_args().port))
+    run_server(serve_forever(make_app(), p.parse_args().port))
 
 
 if __name__ == "__main__":

@@ -32,10 +32,7 @@ import datetime as dt
 import json
 import os
 import platform
-import subprocess
-import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -45,6 +42,7 @@ from corpusgraph.config import load_config
 from corpusgraph.llm.server import EmbeddedServer, find_bundled_gguf
 from corpusgraph.tokens import count_tokens
 from tests.benchmarks import graphrag_side
+from tests.benchmarks.child_server import ChildServer
 from tests.conftest import REPO, SHARED_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.llm, pytest.mark.spark, pytest.mark.ray]
@@ -59,28 +57,14 @@ GRAPHRAG_CONCURRENCY = 1
 TARGET_RATIO = 1 / 3
 
 
-class CountingProxy:
+class CountingProxy(ChildServer):
     """counting_proxy.py in its own process, in front of `upstream`."""
 
     def __init__(self, upstream: str):
-        self.proc = subprocess.Popen([sys.executable, str(PROXY), "--upstream", upstream],
-                                     stdout=subprocess.PIPE, text=True)
-        self.base_url = self.proc.stdout.readline().strip()
-        if not self.base_url.startswith("http"):
-            self.stop()
-            raise RuntimeError(f"counting proxy did not start (exit {self.proc.returncode})")
+        super().__init__(PROXY, "--upstream", upstream)
 
     def calls(self) -> list[dict]:
-        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/calls", timeout=30) as resp:
-            return json.loads(resp.read())
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        return self.get_json("/calls")
 
 
 def paragraphs(n: int) -> list[dict]:

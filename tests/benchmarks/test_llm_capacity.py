@@ -40,10 +40,7 @@ import json
 import math
 import os
 import platform
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pyarrow as pa
@@ -55,6 +52,7 @@ from corpusgraph.prompts import load_prompt
 from corpusgraph.ray_runner import run_llm_task, usage_from_outputs
 from corpusgraph.stages.extract import ExtractTask
 from tests.benchmarks import graphrag_side
+from tests.benchmarks.child_server import ChildServer
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -98,30 +96,14 @@ def write_units(path: Path, n: int) -> None:
     pq.write_table(pa.Table.from_pylist(unit_rows(n)), path)
 
 
-class BenchServer:
+class BenchServer(ChildServer):
     """The fixed-latency server in its own process, so it never competes for our GIL."""
 
     def __init__(self, slots: int, latency_s: float):
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SERVER), "--slots", str(slots), "--latency-s", str(latency_s)],
-            stdout=subprocess.PIPE, text=True,
-        )
-        self.base_url = self.proc.stdout.readline().strip()
-        if not self.base_url.startswith("http"):
-            self.stop()
-            raise RuntimeError(f"benchmark server did not start (exit {self.proc.returncode})")
+        super().__init__(SERVER, "--slots", str(slots), "--latency-s", str(latency_s))
 
     def stats(self) -> dict:
-        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/stats", timeout=10) as resp:
-            return json.loads(resp.read())
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        return self.get_json("/stats", timeout=10)
 
 
 def measure(slots: int, root: Path, units: int = UNITS, latency_s: float = LATENCY_S, actors: int = ACTORS) -> dict:

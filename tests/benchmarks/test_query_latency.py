@@ -36,6 +36,7 @@ import pytest
 
 from corpusgraph.config import LLMSection, QuerySection
 from corpusgraph.tables import TABLES, table_path
+from tests.benchmarks.child_server import ChildServer
 
 pytestmark = [pytest.mark.slow]
 
@@ -273,20 +274,6 @@ def embed_question_p50_ms(qs: list[str]) -> float:
     return round(float(out.stdout.strip().splitlines()[-1]), 2)
 
 
-class AnswerServer:
-    def __init__(self, slots: int, latency_s: float):
-        self.proc = subprocess.Popen([sys.executable, str(ANSWER_SERVER), "--slots", str(slots),
-                                      "--latency-s", str(latency_s)], stdout=subprocess.PIPE, text=True)
-        self.base_url = self.proc.stdout.readline().strip()
-        if not self.base_url.startswith("http"):
-            self.close()
-            raise RuntimeError("answer server did not start")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-
-
 def time_global(root: Path) -> dict:
     """Wall time of one global question over GLOBAL_COMMUNITIES reports / one call's."""
     from corpusgraph.llm.base import ChatRequest
@@ -297,7 +284,7 @@ def time_global(root: Path) -> dict:
     wh, index_dir = build_synthetic_index(root, GLOBAL_COMMUNITIES * LEVEL0_SIZE, 2000)
     store = IndexStore(wh, index_dir)
     assert len(store.reports_by_level[0]) == GLOBAL_COMMUNITIES
-    server = AnswerServer(slots=256, latency_s=LATENCY_S)
+    server = ChildServer(ANSWER_SERVER, "--slots", "256", "--latency-s", str(LATENCY_S))
     try:
         llm = LLMSection(backend="openai", api_base=server.base_url, model="bench", concurrency=128)
         chat = open_chat_model(llm, root / "no-cache", base_url=server.base_url)
@@ -320,7 +307,7 @@ def time_global(root: Path) -> dict:
         dynamic = engine.ask(f"What are the recurring causes of delays? ({time.time()})", method="global")
         dynamic_s = time.perf_counter() - t0
     finally:
-        server.close()
+        server.stop()
     assert static.error is None and static.details["reports"] == GLOBAL_COMMUNITIES, static.details
     return {
         "global_50_communities_over_one_call": round(static_s / one_call, 2),

@@ -26,6 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.benchmarks.child_server import ChildServer
+
 pytestmark = [pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
@@ -93,11 +95,10 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 180.0) -> No
 
 def test_service_under_load(tmp_path):
     wh, index_dir = build_index(tmp_path / "index")
-    llm = subprocess.Popen([sys.executable, str(ANSWER_SERVER), "--slots", "512", "--latency-s", str(LATENCY_S)],
-                           stdout=subprocess.PIPE, text=True)
+    llm = ChildServer(ANSWER_SERVER, "--slots", "512", "--latency-s", str(LATENCY_S))
     service = None
     try:
-        llm_url = llm.stdout.readline().strip()
+        llm_url = llm.base_url
         port = free_port()
         sets = {"llm.backend": "openai", "llm.api_base": llm_url, "llm.model": "bench",
                 "llm.concurrency": str(LLM_CONCURRENCY), "storage.warehouse": wh, "storage.index_dir": index_dir,
@@ -118,15 +119,15 @@ def test_service_under_load(tmp_path):
                               str(CONCURRENCY), "--duration-s", str(DURATION_S), "--questions-file", str(qfile)],
                              check=True, capture_output=True, text=True, timeout=DURATION_S + 180)
         figures = json.loads(out.stdout.strip().splitlines()[-1])
-        stats = httpx.get(llm_url.rsplit("/v1", 1)[0] + "/stats", timeout=5).json()
+        stats = llm.get_json("/stats", timeout=5)
     finally:
-        for proc in (service, llm):
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        if service is not None:
+            service.terminate()
+            try:
+                service.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                service.kill()
+        llm.stop()
     figures.update({
         "load_average_1m_after": round(os.getloadavg()[0], 1),
         "llm_latency_s": LATENCY_S,
