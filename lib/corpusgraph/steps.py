@@ -352,7 +352,7 @@ def embed(ctx: RunContext) -> StageResult:
 
     sec = ctx.cfg.embeddings
     items = embed_stage.embedding_items(ctx.wh.read("text_units"), ctx.wh.read("entities"),
-                                        ctx.wh.read("community_reports"))
+                                        ctx.wh.read("community_reports"), ctx.wh.read("documents"))
     pending = embed_stage.pending_items(items, ctx.wh.read("embeddings"), sec.model)
     in_path, out_path = ctx.handoff("embed", "in"), ctx.handoff("embed", "out")
     pending.write.mode("overwrite").parquet(in_path)

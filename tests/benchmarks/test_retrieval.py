@@ -7,7 +7,8 @@ puts in its context) and `build_basic_context` (basic search). Two baselines are
 in the same run, independently of the product's index:
 
 - dense: exact cosine of all-MiniLM-L6-v2 vectors, question against every text unit (the
-  vectors the embed stage wrote), a document scoring as its best unit;
+  vectors the embed stage wrote: each unit embedded as "<document title>\n<unit text>"), a
+  document scoring as its best unit;
 - spaCy-entity PPR: a bipartite document-entity graph from spaCy's named entities,
   personalised PageRank (igraph) restarted at the dense top documents by their scores.
 
