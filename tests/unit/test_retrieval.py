@@ -162,3 +162,55 @@ def test_large_graphs_rank_through_the_bounded_walk(store):
     w = RetrievalWeights(passage_weight=0.0, max_walk_nodes=n - 1, walk_hops=3)
     ranked = dict(retriever_for(store).rank(question, qv, w, 10))
     assert "u5" in ranked and "u6" not in ranked
+
+
+def _bridge_store():
+    """uA (the first hop) names the film by its title without the "(1986 film)" qualifier; the
+    film's document has two units, uB2 closer to the question than uB1."""
+    from types import SimpleNamespace
+
+    vecs = {"uA": [1.0, 0.0, 0.0], "uB1": [0.3, 0.954, 0.0], "uB2": [0.6, 0.8, 0.0], "uX": [0.0, 0.0, 1.0],
+            "uO": [0.9, 0.436, 0.0]}
+
+    class Vectors:
+        def vectors(self, ids):
+            return np.asarray([vecs[i] for i in ids], dtype=np.float32)
+
+    units = {
+        "uA": {"doc_id": "dA", "text": "Maximum Overdrive was shot in Leland, by the river. The crew stayed."},
+        "uB1": {"doc_id": "dB", "text": "The cast list."},
+        "uB2": {"doc_id": "dB", "text": "It was directed by Stephen King."},
+        "uX": {"doc_id": "dX", "text": "Weather in the Cape Fear region."},
+        "uO": {"doc_id": "dO", "text": "The crew of Overdrive Maximum."},
+    }
+    docs = {"dA": {"title": "Leland, North Carolina"}, "dB": {"title": "Maximum Overdrive (1986 film)"},
+            "dX": {"title": "Cape Fear"}, "dO": {"title": "The"}}
+    return SimpleNamespace(units=units, docs=docs, entities={}, relationships={}, names={},
+                           vectors=lambda kind: Vectors())
+
+
+def test_documents_are_found_by_their_title_mentioned_as_whole_words():
+    from corpusgraph.query.retrieval import GraphRetriever
+
+    r = GraphRetriever(_bridge_store())
+    assert r.mentioned_documents("uA") == ["dB"]  # qualifier dropped; "The" (stop words only) is no title
+    assert r.mentioned_documents("uO") == []  # the words in another order are no mention
+    assert r.mentioned_documents("uX") == []  # its own title does not count
+
+
+def test_bridge_step_puts_the_mentioned_document_after_the_passage_that_names_it():
+    from corpusgraph.query.retrieval import GraphRetriever
+
+    r = GraphRetriever(_bridge_store())
+    q = np.array([0.6, 0.8, 0.0], dtype=np.float32)  # nearest uB2
+    ranked = [("uA", 0.9), ("uX", 0.5), ("uO", 0.4)]
+    assert r.bridge(ranked, q, RetrievalWeights(bridge_from=1)) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5), ("uO", 0.4)]
+    # Off, or the linked passage too far from the question: the ranking is left as it was.
+    assert r.bridge(ranked, q, RetrievalWeights(bridge_from=0)) == ranked
+    assert r.bridge(ranked, np.array([0.0, 0.0, 1.0], dtype=np.float32), RetrievalWeights(bridge_from=1)) == ranked
+    # A bridged passage ranked lower moves up (once, with the score of the passage before it);
+    # one already placed above is not taken again, so the next-best unit of the document is.
+    low = [("uA", 0.9), ("uX", 0.5), ("uB2", 0.3)]
+    assert r.bridge(low, q, RetrievalWeights(bridge_from=1)) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5)]
+    above = [("uB2", 0.95), ("uA", 0.9), ("uX", 0.5)]
+    assert r.bridge(above, q, RetrievalWeights(bridge_from=2)) == [("uB2", 0.95), ("uA", 0.9), ("uB1", 0.9), ("uX", 0.5)]

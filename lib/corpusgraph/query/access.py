@@ -26,6 +26,8 @@ from __future__ import annotations
 import logging
 from typing import Collection, Iterable
 
+import numpy as np
+
 from corpusgraph.query.store import IndexStore
 
 __all__ = ["RestrictedStore", "VisibleVectors", "restrict"]
@@ -56,6 +58,13 @@ class VisibleVectors:
 
     def __repr__(self) -> str:
         return f"VisibleVectors({self._index!r}, visible={self._count})"
+
+    def vectors(self, ids) -> np.ndarray:
+        """Stored vectors of visible ids only, as VectorIndex.vectors; KeyError for any other."""
+        hidden = [i for i in ids if i not in self._visible]
+        if hidden:
+            raise KeyError(f"not visible: {hidden[:3]}")
+        return self._index.vectors(ids)
 
     def search(self, query_vectors, k: int) -> list[list[tuple[str, float]]]:
         """Top-k visible (id, cosine) per query row, best first, as VectorIndex.search."""

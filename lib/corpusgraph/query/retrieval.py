@@ -16,7 +16,11 @@ mass on two kinds of nodes:
 A unit is also linked to the entity named by its document's title (Wikipedia-style texts say
 "it" where the title is meant). Personalised PageRank over that graph (sparse power iteration in numpy) then scores every
 passage; multi-hop evidence that shares an entity with a seed passage rises, which plain
-vector search cannot do. The final ranking is the PPR score.
+vector search cannot do. The final ranking is the PPR score, then a bridge step: each of the
+top `bridge_from` passages is followed by the passage nearest the question among those of the
+documents it mentions by title (recall@5 on the dev sets: hotpotqa100 0.819 -> 0.875,
+musique100 0.701 -> 0.720; the walk alone spreads a passage's mass over every entity it names,
+so the one document the question needs next rarely made the top five).
 
 `GraphRetriever` builds the arrays once per `IndexStore` (`retriever_for` caches it); a query
 costs a handful of sparse products over the edge list. Above `max_walk_nodes` nodes the walk runs
@@ -73,6 +77,8 @@ class RetrievalWeights:
     passage_mix: float = 0.0  # final score: (1 - mix) * PPR + mix * hybrid passage score, each max-scaled
     max_walk_nodes: int = 50_000  # graphs up to this size are walked whole; larger ones near the restart nodes
     walk_hops: int = 3  # how far the neighbourhood of the restart nodes reaches on large graphs
+    bridge_from: int = 2  # top passages whose title mentions are followed (0: no bridge step)
+    bridge_min_score: float = 0.2  # a bridged passage's cosine with the question must reach this
 
 
 def weights_from(section) -> RetrievalWeights:
@@ -82,6 +88,7 @@ def weights_from(section) -> RetrievalWeights:
         dense_weight=section.retrieval_dense_weight, candidates=section.retrieval_candidates,
         entity_seeds=section.retrieval_entity_seeds,
         max_walk_nodes=section.retrieval_max_walk_nodes, walk_hops=section.retrieval_walk_hops,
+        bridge_from=section.retrieval_bridge_from, bridge_min_score=section.retrieval_bridge_min_score,
     )
 
 
@@ -146,6 +153,11 @@ def personalized_pagerank(
     return p
 
 
+def _core_title(title: str) -> str:
+    """A title without its trailing qualifier: "In Love and War (1987 film)" -> "In Love and War"."""
+    return re.sub(r"\s*\([^)]*\)\s*$", "", title).strip()
+
+
 def _minmax(x: np.ndarray) -> np.ndarray:
     if x.size == 0:
         return x
@@ -200,6 +212,54 @@ class GraphRetriever:
         np.cumsum(np.bincount(self.src, minlength=self.n), out=self.indptr[1:])
         self.out_w = np.bincount(self.src, weights=self.weight, minlength=self.n)
         self.bm25 = Bm25([self._unit_text(u) for u in self.unit_ids])
+        # Bridge step: document titles by their first word, and each document's units.
+        self.titles_by_first: dict[str, list[tuple[tuple[str, ...], str]]] = defaultdict(list)
+        for doc_id, doc in store.docs.items():
+            words = tuple(_TOKEN.findall(_core_title(doc.get("title") or "").casefold()))
+            if words and not all(t in _STOP for t in words):
+                self.titles_by_first[words[0]].append((words, doc_id))
+        self.units_of_doc: dict[str, list[str]] = defaultdict(list)
+        for unit_id in self.unit_ids:
+            self.units_of_doc[store.units[unit_id]["doc_id"]].append(unit_id)
+
+    def mentioned_documents(self, unit_id: str) -> list[str]:
+        """Documents (other than its own) whose title the unit's text contains as whole words,
+        in order of first mention. A title's trailing "(...)" qualifier is not required."""
+        unit = self.store.units[unit_id]
+        words = _TOKEN.findall((unit.get("text") or "").casefold())
+        found: dict[str, None] = {}
+        for k, word in enumerate(words):
+            for title, doc_id in self.titles_by_first.get(word, ()):
+                if doc_id != unit["doc_id"] and tuple(words[k : k + len(title)]) == title:
+                    found.setdefault(doc_id)
+        return list(found)
+
+    def bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray,
+               w: RetrievalWeights) -> list[tuple[str, float]]:
+        """After each of the first `bridge_from` passages, the passage closest to the question
+        (cosine >= bridge_min_score) among those of the documents it mentions by title: the
+        second hop of a bridge question ("the director of the film shot in X") is named in the
+        first hop's text, while the question itself may share few words with it. A bridged
+        passage takes the score of the passage that led to it; one ranked lower moves up, one
+        already placed above is not taken again."""
+        if w.bridge_from <= 0 or not ranked:
+            return ranked
+        vectors = self.store.vectors("text_unit")
+        q = np.asarray(question_vector, dtype=np.float32).reshape(-1)
+        out: dict[str, float] = {}
+        for i, (unit_id, score) in enumerate(ranked):
+            out.setdefault(unit_id, score)
+            if i >= w.bridge_from:
+                continue
+            cands = [u for d in self.mentioned_documents(unit_id) for u in self.units_of_doc.get(d, ())
+                     if u not in out]
+            if not cands:
+                continue
+            cos = vectors.vectors(cands) @ q
+            best = int(np.argmax(cos))
+            if cos[best] >= w.bridge_min_score:
+                out[cands[best]] = score
+        return list(out.items())
 
     def _unit_text(self, unit_id: str) -> str:
         unit = self.store.units[unit_id]
@@ -272,7 +332,8 @@ class GraphRetriever:
             top = unit_scores.max()
             unit_scores = (1 - w.passage_mix) * (unit_scores / top if top > 0 else unit_scores) + w.passage_mix * direct
         order = np.argsort(-unit_scores, kind="stable")[:limit]
-        return [(self.unit_ids[i], float(unit_scores[i])) for i in order if unit_scores[i] > 0]
+        ranked = [(self.unit_ids[i], float(unit_scores[i])) for i in order if unit_scores[i] > 0]
+        return self.bridge(ranked, question_vector, w)[:limit]
 
 
     def _out_positions(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

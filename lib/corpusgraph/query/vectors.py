@@ -143,6 +143,16 @@ class VectorIndex:
     def __repr__(self) -> str:
         return f"VectorIndex(kind={self.kind!r}, model={self.model!r}, dim={self.dim}, count={len(self)})"
 
+    def vectors(self, ids: Sequence[str]) -> np.ndarray:
+        """The stored (normalised) vectors of `ids`, one row each; KeyError for an unknown id."""
+        rows = getattr(self, "_rows", None)
+        if rows is None:
+            rows = self._rows = {i: r for r, i in enumerate(self._ids)}
+        out = np.empty((len(ids), self.dim), dtype=np.float32)
+        for k, i in enumerate(ids):
+            out[k] = self._index.reconstruct(rows[i])
+        return out
+
     def search(self, query_vectors: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         """Top-k (id, cosine) per query row, best first; fewer than k when k > len(self).
 
