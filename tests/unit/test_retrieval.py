@@ -202,15 +202,36 @@ def test_bridge_step_puts_the_mentioned_document_after_the_passage_that_names_it
     from corpusgraph.query.retrieval import GraphRetriever
 
     r = GraphRetriever(_bridge_store())
-    q = np.array([0.6, 0.8, 0.0], dtype=np.float32)  # nearest uB2
+    q = np.array([0.6, 0.8, 0.0], dtype=np.float32)  # nearest uB2 (cosine 1.0), then uB1 (0.94)
     ranked = [("uA", 0.9), ("uX", 0.5), ("uO", 0.4)]
-    assert r.bridge(ranked, q, RetrievalWeights(bridge_from=1)) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5), ("uO", 0.4)]
-    # Off, or the linked passage too far from the question: the ranking is left as it was.
+    by_question = RetrievalWeights(bridge_from=1, bridge_novelty=0.0)
+    assert r.bridge(ranked, q, by_question) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5), ("uO", 0.4)]
+    # With novelty, uB1 wins: nearly as close to the question and much less like uA (0.3 vs 0.6).
+    assert r.bridge(ranked, q, RetrievalWeights(bridge_from=1, bridge_novelty=0.5))[1] == ("uB1", 0.9)
+    # Off, or every linked passage too far from the question: the ranking is left as it was.
     assert r.bridge(ranked, q, RetrievalWeights(bridge_from=0)) == ranked
     assert r.bridge(ranked, np.array([0.0, 0.0, 1.0], dtype=np.float32), RetrievalWeights(bridge_from=1)) == ranked
+    # The floor applies before novelty: uB1 (0.94) falls below it, so uB2 is taken.
+    assert r.bridge(ranked, q, RetrievalWeights(bridge_from=1, bridge_novelty=0.5, bridge_min_score=0.95))[1] == ("uB2", 0.9)
     # A bridged passage ranked lower moves up (once, with the score of the passage before it);
     # one already placed above is not taken again, so the next-best unit of the document is.
     low = [("uA", 0.9), ("uX", 0.5), ("uB2", 0.3)]
-    assert r.bridge(low, q, RetrievalWeights(bridge_from=1)) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5)]
+    assert r.bridge(low, q, by_question) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5)]
     above = [("uB2", 0.95), ("uA", 0.9), ("uX", 0.5)]
-    assert r.bridge(above, q, RetrievalWeights(bridge_from=2)) == [("uB2", 0.95), ("uA", 0.9), ("uB1", 0.9), ("uX", 0.5)]
+    assert r.bridge(above, q, RetrievalWeights(bridge_from=2, bridge_novelty=0.0)) == \
+        [("uB2", 0.95), ("uA", 0.9), ("uB1", 0.9), ("uX", 0.5)]
+
+
+def test_a_title_inside_the_passages_own_title_is_no_mention():
+    from types import SimpleNamespace
+
+    from corpusgraph.query.retrieval import GraphRetriever
+
+    store = SimpleNamespace(
+        units={"u1": {"doc_id": "d1", "text": "A game in which direct action squads meet Dale Brown's heroes."},
+               "u2": {"doc_id": "d2", "text": "Tactics."}, "u3": {"doc_id": "d3", "text": "An author."}},
+        docs={"d1": {"title": "Act of War: Direct Action"}, "d2": {"title": "Direct action (military)"},
+              "d3": {"title": "Dale Brown"}},
+        entities={}, relationships={}, names={},
+    )
+    assert GraphRetriever(store).mentioned_documents("u1") == ["d3"]

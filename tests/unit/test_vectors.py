@@ -120,3 +120,19 @@ def test_query_dimension_is_checked(tmp_path):
         index.search(unit_rows(1, dim=8), k=1)
     with pytest.raises(ValueError):
         index.search(unit_rows(1, dim=16), k=0)
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF8,Flat"])
+def test_stored_vectors_are_read_back_by_id(factory):
+    import faiss
+
+    x = np.random.default_rng(1).standard_normal((400, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    index = faiss.index_factory(8, factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    v = VectorIndex("text_unit", index, [f"u{i}" for i in range(400)], "m")
+    assert np.allclose(v.vectors(["u7", "u399", "u7"]), x[[7, 399, 7]])
+    assert v.vectors([]).shape == (0, 8)
+    with pytest.raises(KeyError):
+        v.vectors(["nope"])

@@ -147,6 +147,10 @@ class VectorIndex:
         """The stored (normalised) vectors of `ids`, one row each; KeyError for an unknown id."""
         rows = getattr(self, "_rows", None)
         if rows is None:
+            # An inverted-file index (IVF) reads rows back only through a direct map.
+            ivf = faiss.try_extract_index_ivf(self._index)
+            if ivf is not None:
+                ivf.make_direct_map()
             rows = self._rows = {i: r for r, i in enumerate(self._ids)}
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         for k, i in enumerate(ids):
