@@ -235,3 +235,18 @@ def test_a_title_inside_the_passages_own_title_is_no_mention():
         entities={}, relationships={}, names={},
     )
     assert GraphRetriever(store).mentioned_documents("u1") == ["d3"]
+
+
+def test_titles_sharing_a_first_word_are_told_apart_by_their_whole_run():
+    from types import SimpleNamespace
+
+    from corpusgraph.query.retrieval import GraphRetriever
+
+    docs = {f"d{i}": {"title": f"Dispatch {i}"} for i in range(50)}
+    docs["dn"] = {"title": "Dispatch"}  # a one-word title under the same first word
+    docs["dl"] = {"title": "Dispatch 7 (annex)"}  # the same words as d7 once the qualifier goes
+    store = SimpleNamespace(units={"u0": {"doc_id": "d0", "text": "Dispatch note 0: see Dispatch 7, then dispatch 12."}},
+                            docs=docs, entities={}, relationships={}, names={})
+    r = GraphRetriever(store)
+    # "Dispatch" (own title "Dispatch 0" contains it) is no mention; runs of two words are.
+    assert r.mentioned_documents("u0") == ["d7", "dl", "d12"]

@@ -221,13 +221,18 @@ class GraphRetriever:
         self.out_w = np.bincount(self.src, weights=self.weight, minlength=self.n)
         self.bm25 = Bm25([self._unit_text(u) for u in self.unit_ids])
         # Bridge step: document titles by their first word, and each document's units.
-        self.titles_by_first: dict[str, list[tuple[tuple[str, ...], str]]] = defaultdict(list)
+        # Titles are looked up as whole word runs: by first word, the run lengths to try, then
+        # the run itself, so a common first word ("Dispatch 1" ... "Dispatch 200000") costs one
+        # lookup per length, not one per title.
+        self.title_docs: dict[tuple[str, ...], list[str]] = defaultdict(list)
+        self.title_lengths: dict[str, set[int]] = defaultdict(set)
         self.title_words: dict[str, tuple[str, ...]] = {}
         for doc_id, doc in store.docs.items():
             words = tuple(_TOKEN.findall(_core_title(doc.get("title") or "").casefold()))
             self.title_words[doc_id] = words
             if words and not all(t in _STOP for t in words):
-                self.titles_by_first[words[0]].append((words, doc_id))
+                self.title_docs[words].append(doc_id)
+                self.title_lengths[words[0]].add(len(words))
         self.units_of_doc: dict[str, list[str]] = defaultdict(list)
         for unit_id in self.unit_ids:
             self.units_of_doc[store.units[unit_id]["doc_id"]].append(unit_id)
@@ -242,10 +247,12 @@ class GraphRetriever:
         words = _TOKEN.findall((unit.get("text") or "").casefold())
         found: dict[str, None] = {}
         for k, word in enumerate(words):
-            for title, doc_id in self.titles_by_first.get(word, ()):
-                if doc_id != unit["doc_id"] and tuple(words[k : k + len(title)]) == title \
-                        and not _contains(own, title):
-                    found.setdefault(doc_id)
+            for length in self.title_lengths.get(word, ()):
+                title = tuple(words[k : k + length])
+                if title in self.title_docs and not _contains(own, title):
+                    for doc_id in self.title_docs[title]:
+                        if doc_id != unit["doc_id"]:
+                            found.setdefault(doc_id)
         return list(found)
 
     def bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray,
