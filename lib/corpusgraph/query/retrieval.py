@@ -19,7 +19,7 @@ passage; multi-hop evidence that shares an entity with a seed passage rises, whi
 vector search cannot do. The final ranking is the PPR score, then a bridge step: each of the
 top `bridge_from` passages is followed by the passage nearest the question among those of the
 documents it mentions by title (recall@5 on the dev sets: hotpotqa100 0.819 -> 0.900,
-musique100 0.701 -> 0.724; the walk alone spreads a passage's mass over every entity it names,
+musique100 0.701 -> 0.718; the walk alone spreads a passage's mass over every entity it names,
 so the one document the question needs next rarely made the top five).
 
 `GraphRetriever` builds the arrays once per `IndexStore` (`retriever_for` caches it); a query
@@ -220,7 +220,7 @@ class GraphRetriever:
         np.cumsum(np.bincount(self.src, minlength=self.n), out=self.indptr[1:])
         self.out_w = np.bincount(self.src, weights=self.weight, minlength=self.n)
         self.bm25 = Bm25([self._unit_text(u) for u in self.unit_ids])
-        # Bridge step: document titles by their first word, and each document's units.
+        # Bridge step: the documents by title, and each document's units.
         # Titles are looked up as whole word runs: by first word, the run lengths to try, then
         # the run itself, so a common first word ("Dispatch 1" ... "Dispatch 200000") costs one
         # lookup per length, not one per title.
