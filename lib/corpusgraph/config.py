@@ -302,6 +302,11 @@ class QuerySection(_Section):
     retrieval_bridge_novelty: float = Field(0.5, ge=0, le=2, description="Bridge step: the linked passage is "
                                             "chosen by cosine with the question minus this times its cosine with "
                                             "the passage that named it (0: by the question alone).")
+    retrieval_title_seeds: int = Field(2, ge=0, le=20, description="Documents the question names by title "
+                                       "(whole words, in order of mention) whose passage nearest the question "
+                                       "goes first in the ranking (0: off).")
+    retrieval_title_min_score: float = Field(0.2, ge=-1, le=1, description="That passage's cosine with the "
+                                             "question must reach this (MiniLM scale).")
 
 
 class ServeKey(_Section):

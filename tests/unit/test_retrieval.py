@@ -176,6 +176,10 @@ def _bridge_store():
         def vectors(self, ids):
             return np.asarray([vecs[i] for i in ids], dtype=np.float32)
 
+        def search(self, q, k):
+            scores = {u: float(np.dot(v, q.reshape(-1))) for u, v in vecs.items()}
+            return [sorted(scores.items(), key=lambda x: -x[1])[:k]]
+
     units = {
         "uA": {"doc_id": "dA", "text": "Maximum Overdrive was shot in Leland, by the river. The crew stayed."},
         "uB1": {"doc_id": "dB", "text": "The cast list."},
@@ -186,7 +190,7 @@ def _bridge_store():
     docs = {"dA": {"title": "Leland, North Carolina"}, "dB": {"title": "Maximum Overdrive (1986 film)"},
             "dX": {"title": "Cape Fear"}, "dO": {"title": "The"}}
     return SimpleNamespace(units=units, docs=docs, entities={}, relationships={}, names={},
-                           vectors=lambda kind: Vectors())
+                           vectors=lambda kind: Vectors(), match_names=lambda question: [])
 
 
 def test_documents_are_found_by_their_title_mentioned_as_whole_words():
@@ -250,3 +254,24 @@ def test_titles_sharing_a_first_word_are_told_apart_by_their_whole_run():
     r = GraphRetriever(store)
     # "Dispatch" (own title "Dispatch 0" contains it) is no mention; runs of two words are.
     assert r.mentioned_documents("u0") == ["d7", "dl", "d12"]
+
+
+def test_a_document_the_question_names_by_title_goes_first_and_is_bridged_from():
+    from corpusgraph.query.retrieval import GraphRetriever
+
+    r = GraphRetriever(_bridge_store())
+    # The question names "Leland, North Carolina" (dA's title): its passage uA goes first even
+    # though the walk found nothing; then the bridge follows uA to the film it names.
+    q = np.array([0.8, 0.6, 0.0], dtype=np.float32)
+    question = "Who directed the film shot in Leland, North Carolina?"
+    assert r.named_passages(question, q, RetrievalWeights()) == ["uA"]
+    assert r.named_passages(question, q, RetrievalWeights(title_seeds=0)) == []
+    assert r.named_passages(question, q, RetrievalWeights(title_min_score=0.9)) == []  # uA's cosine is 0.8
+    assert r.named_passages("Who wrote about Leland?", q, RetrievalWeights()) == []  # part of a title is no title
+    # A question far from uA in vector space: the walk alone ranks it below uX and uO.
+    far = np.array([0.0, 0.3, 0.954], dtype=np.float32)
+    question = "Which weather station reports near Leland, North Carolina?"
+    named = RetrievalWeights(title_min_score=0.0)
+    assert [u for u, _ in r.rank(question, far, RetrievalWeights(title_seeds=0, bridge_from=0), 5)][0] == "uX"
+    ranked = [u for u, _ in r.rank(question, far, named, 5)]
+    assert ranked[0] == "uA" and ranked[1] in {"uB1", "uB2"}  # named first, then its bridge

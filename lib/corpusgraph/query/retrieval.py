@@ -16,11 +16,13 @@ mass on two kinds of nodes:
 A unit is also linked to the entity named by its document's title (Wikipedia-style texts say
 "it" where the title is meant). Personalised PageRank over that graph (sparse power iteration in numpy) then scores every
 passage; multi-hop evidence that shares an entity with a seed passage rises, which plain
-vector search cannot do. The final ranking is the PPR score, then a bridge step: each of the
-top `bridge_from` passages is followed by the passage nearest the question among those of the
-documents it mentions by title (recall@5 on the dev sets: hotpotqa100 0.819 -> 0.900,
-musique100 0.701 -> 0.718; the walk alone spreads a passage's mass over every entity it names,
-so the one document the question needs next rarely made the top five).
+vector search cannot do. The final ranking is the PPR score, with two steps after it:
+documents the question names by title put their passage nearest the question first
+(`title_seeds`), and each of the top `bridge_from` passages is followed by the passage, among
+those of the documents it names by title, that best answers what it leaves out (the walk alone
+spreads a passage's mass over every entity it names, so the one document the question needs
+next rarely made the top five). Recall@5 / @2 on the dev sets: hotpotqa100 0.819 / 0.525 ->
+0.919 / 0.806, musique100 0.701 / 0.422 -> 0.726 / 0.494 (tests/benchmarks/test_retrieval.py).
 
 `GraphRetriever` builds the arrays once per `IndexStore` (`retriever_for` caches it); a query
 costs a handful of sparse products over the edge list. Above `max_walk_nodes` nodes the walk runs
@@ -80,6 +82,8 @@ class RetrievalWeights:
     bridge_from: int = 2  # top passages whose title mentions are followed (0: no bridge step)
     bridge_min_score: float = 0.15  # a bridged passage's cosine with the question must reach this
     bridge_novelty: float = 0.5  # bridge choice: cosine with the question - this * cosine with the passage before
+    title_seeds: int = 2  # documents the question names by title whose best passage goes first (0: off)
+    title_min_score: float = 0.2  # that passage's cosine with the question must reach this
 
 
 def weights_from(section) -> RetrievalWeights:
@@ -90,7 +94,8 @@ def weights_from(section) -> RetrievalWeights:
         entity_seeds=section.retrieval_entity_seeds,
         max_walk_nodes=section.retrieval_max_walk_nodes, walk_hops=section.retrieval_walk_hops,
         bridge_from=section.retrieval_bridge_from, bridge_min_score=section.retrieval_bridge_min_score,
-        bridge_novelty=section.retrieval_bridge_novelty,
+        bridge_novelty=section.retrieval_bridge_novelty, title_seeds=section.retrieval_title_seeds,
+        title_min_score=section.retrieval_title_min_score,
     )
 
 
@@ -243,17 +248,40 @@ class GraphRetriever:
         count, nor does one whose title is part of its own document's title (a passage of "Act
         of War: Direct Action" naming its game mentions "Direct action" only by the way)."""
         unit = self.store.units[unit_id]
-        own = self.title_words.get(unit["doc_id"], ())
-        words = _TOKEN.findall((unit.get("text") or "").casefold())
+        return self.titles_in(unit.get("text") or "", unit["doc_id"])
+
+    def titles_in(self, text: str, own_doc: str | None = None) -> list[str]:
+        """Documents whose (qualifier-free) title `text` contains as whole words, in order of
+        first mention; `own_doc` and documents whose title lies inside its title excluded."""
+        own = self.title_words.get(own_doc, ()) if own_doc is not None else ()
+        words = _TOKEN.findall(text.casefold())
         found: dict[str, None] = {}
         for k, word in enumerate(words):
             for length in self.title_lengths.get(word, ()):
                 title = tuple(words[k : k + length])
                 if title in self.title_docs and not _contains(own, title):
                     for doc_id in self.title_docs[title]:
-                        if doc_id != unit["doc_id"]:
+                        if doc_id != own_doc:
                             found.setdefault(doc_id)
         return list(found)
+
+    def named_passages(self, question: str, question_vector: np.ndarray, w: RetrievalWeights) -> list[str]:
+        """For each of the first `title_seeds` documents the question names by title, its unit
+        nearest the question, if that cosine reaches `title_min_score`: a question that names a
+        document ("Who directed Maximum Overdrive?") is about it, however the walk ranks it."""
+        if w.title_seeds <= 0:
+            return []
+        vectors = self.store.vectors("text_unit")
+        q = np.asarray(question_vector, dtype=np.float32).reshape(-1)
+        out = []
+        for doc_id in self.titles_in(question)[: w.title_seeds]:
+            units = self.units_of_doc.get(doc_id)
+            if units:
+                cos = vectors.vectors(units) @ q
+                best = int(np.argmax(cos))
+                if cos[best] >= w.title_min_score:
+                    out.append(units[best])
+        return out
 
     def bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray,
                w: RetrievalWeights) -> list[tuple[str, float]]:
@@ -359,6 +387,12 @@ class GraphRetriever:
             unit_scores = (1 - w.passage_mix) * (unit_scores / top if top > 0 else unit_scores) + w.passage_mix * direct
         order = np.argsort(-unit_scores, kind="stable")[:limit]
         ranked = [(self.unit_ids[i], float(unit_scores[i])) for i in order if unit_scores[i] > 0]
+        named = self.named_passages(question, question_vector, w)
+        if named:
+            # Named documents first, with the top walk score; the walk's order after them.
+            top = max((score for _, score in ranked), default=1.0)
+            first = {u: top for u in named}
+            ranked = list(first.items()) + [(u, score) for u, score in ranked if u not in first]
         return self.bridge(ranked, question_vector, w)[:limit]
 
 
