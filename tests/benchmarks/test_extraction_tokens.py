@@ -15,7 +15,8 @@ Target (issue 4): ours_tokens_per_1k at most a third of graphrag_tokens_per_1k. 
 the paragraphs' texts counted with cl100k (corpusgraph.tokens). On a shared 2-core machine the
 model takes seconds to tens of seconds a call, so the corpus is the first CG_TOK_MUSIQUE_DOCS
 paragraphs (default 8: the whole test took 8 minutes here on 29 Nov 2026, ours 4 min with Spark
-and Ray start-up, graphrag 3.5 min) and graphrag is stopped after CG_TOK_GRAPHRAG_TIMEOUT_S
+and Ray start-up, graphrag 3.5 min; the committed results are from CG_TOK_MUSIQUE_DOCS=24 with
+CG_TOK_GRAPHRAG_TIMEOUT_S=1200, 16 minutes on 30 Nov 2026) and graphrag is stopped after CG_TOK_GRAPHRAG_TIMEOUT_S
 (default 480): graphrag sets no max_tokens, so a small model's answer can run until the context
 is full. What graphrag did (completed, aborted and why, or stopped) is recorded, never hidden.
 When it was stopped, both figures are taken over the paragraphs graphrag finished (the proxy
