@@ -13,8 +13,8 @@ divide) has no children: it is a leaf.
 
 Engines: "native" (default) is Leiden compiled with numba over CSR arrays (graph/native.py);
 "igraph" is igraph's C implementation, driven the same way. Both optimise the same objective
-and give the same hierarchy structure; the native one is about 2.4 times faster than
-graspologic-native at 1M nodes / 5M edges where igraph's was about 1.1 times.
+and give the same hierarchy structure; at 1M nodes / 5M edges the native one took 35 CPU s,
+igraph's 65 s and graspologic-native's 66 s (tests/benchmarks/results/leiden.json).
 
 Speed (tests/benchmarks/test_leiden.py against graspologic-native): all the oversized
 communities of a level are split by ONE Leiden run over the disjoint union of their induced
@@ -160,32 +160,16 @@ def _leiden(
     n_iterations: int,
     engine: str,
 ) -> np.ndarray:
-    """One seeded Leiden run over node groups, by `engine` ("native" or "igraph")."""
-    if engine == "native":
-        from .native import leiden_groups
+    """One seeded Leiden run that optimises the modularity of every node group on its own,
+    by `engine` ("native" or "igraph"); returns a membership whose labels are unique across
+    groups.
 
-        return leiden_groups(n, edges, weights, group, seed, resolution, n_iterations, beta=_BETA)
-    return _leiden_igraph(n, edges, weights, group, seed, resolution, n_iterations)
-
-
-def _leiden_igraph(
-    n: int,
-    edges: np.ndarray,
-    weights: np.ndarray,
-    group: np.ndarray,
-    seed: int,
-    resolution: float,
-    n_iterations: int,
-) -> np.ndarray:
-    """One seeded igraph Leiden run that optimises the modularity of every node group on its own.
-
-    `edges` must stay inside groups (both ends in the same group). Modularity of a group with
-    total edge weight m_g is the constant Potts model with node weight k_i * sqrt(gamma / 2 m_g)
-    and resolution 1 (igraph's own modularity objective is exactly that with one group), and
-    Leiden never puts nodes of different connected parts into one community, so one run over
-    the disjoint union splits every group as a run per group would, minus a Graph build and a
-    C call per group (thousands per level; they were most of the time). Returns a membership
-    array whose labels are unique across groups.
+    `edges` must stay inside groups (both ends in the same group). Moving node i into community
+    C gains w(i, C) - k_i K_C gamma / (2 m_g): strengths k, K and the total edge weight m_g of
+    i's group, the per-node factor gamma / (2 m_g) computed here once for both engines. Leiden
+    never puts nodes of different connected parts into one community, so one run over the
+    disjoint union splits every group as a run per group would, minus a graph build and a
+    call per group (thousands per level; they were most of the time).
     """
     if len(edges) == 0:
         return np.arange(n, dtype=np.int64)
@@ -194,11 +178,23 @@ def _leiden_igraph(
     )
     group_total = np.bincount(group[edges[:, 0]], weights=weights, minlength=int(group.max()) + 1)
     per_node_total = group_total[group]
-    scale = np.zeros(n, dtype=np.float64)
+    null_factor = np.zeros(n, dtype=np.float64)  # gamma / (2 m_g); 0 in a group without edges
     has = per_node_total > 0
-    scale[has] = np.sqrt(resolution / (2.0 * per_node_total[has]))
-    node_weights = (strength * scale).tolist()
-    del strength, per_node_total, scale, has
+    null_factor[has] = resolution / (2.0 * per_node_total[has])
+    del per_node_total, has
+    if engine == "native":
+        from .native import leiden_groups
+
+        return leiden_groups(n, edges, weights, strength, null_factor, seed, n_iterations, beta=_BETA)
+    return _leiden_igraph(n, edges, weights, strength * np.sqrt(null_factor), seed, n_iterations)
+
+
+def _leiden_igraph(
+    n: int, edges: np.ndarray, weights: np.ndarray, node_weights: np.ndarray, seed: int, n_iterations: int
+) -> np.ndarray:
+    """igraph's Leiden for `_leiden`: the constant Potts model with node weight
+    k_i sqrt(gamma / 2 m_g) and resolution 1 is each group's modularity (igraph's own
+    modularity objective is exactly that with one group)."""
     g = _graph(n, edges)
     # igraph draws from a Python RNG object. Seed a private one for this call and put
     # igraph's documented default (the `random` module) back afterwards: igraph has no
@@ -210,7 +206,7 @@ def _leiden_igraph(
         membership, _quality = igraph.GraphBase.community_leiden(
             g,
             edge_weights=weights.tolist(),
-            node_weights=node_weights,
+            node_weights=node_weights.tolist(),
             resolution=1.0,
             normalize_resolution=False,
             beta=_BETA,

@@ -333,11 +333,7 @@ def _leiden(indptr, indices, weights, strength, scale, initial, beta, n_iteratio
             result[i] = comm[node_map[i]]
         result, _ = _renumber(result)
         # Labels in order of first appearance: equal arrays are equal partitions.
-        same = True
-        for i in range(membership.size):
-            if result[i] != membership[i]:
-                same = False
-                break
+        same = np.array_equal(result, membership)
         membership = result
         if same:
             break
@@ -348,17 +344,18 @@ def leiden_groups(
     n: int,
     edges: np.ndarray,
     weights: np.ndarray,
-    group: np.ndarray,
+    strength: np.ndarray,
+    null_factor: np.ndarray,
     seed: int,
-    resolution: float,
     n_iterations: int,
     beta: float = 0.01,
 ) -> np.ndarray:
     """Membership (labels unique across groups) of a Leiden run on each node group at once.
 
     `edges` (m, 2) int64 with both ends in the same group, each undirected edge once;
-    `weights` (m,) positive; `group` (n,) int64 >= 0. Negative `n_iterations`: until an
-    iteration changes nothing.
+    `weights` (m,) positive; `strength` (n,) each node's weighted degree; `null_factor` (n,)
+    gamma / (2 m_g) of the node's group (graph/leiden.py's `_leiden` computes both). Negative
+    `n_iterations`: until an iteration changes nothing.
     """
     if len(edges) == 0:
         return np.arange(n, dtype=np.int64)
@@ -367,12 +364,6 @@ def leiden_groups(
     w = np.ascontiguousarray(weights, dtype=np.float64)
     indptr, indices, csr_w = _csr(n, a, b, w)
     del a, b
-    strength = (np.bincount(edges[:, 0], weights=w, minlength=n)
-                + np.bincount(edges[:, 1], weights=w, minlength=n)).astype(np.float64)
-    group_total = np.bincount(group[edges[:, 0]], weights=w, minlength=int(group.max()) + 1)
-    per_node = group_total[group]
-    scale = np.zeros(n, dtype=np.float64)
-    has = per_node > 0
-    scale[has] = resolution / (2.0 * per_node[has])
     initial = np.arange(n, dtype=np.int64)
-    return _leiden(indptr, indices, csr_w, strength, scale, initial, float(beta), int(n_iterations), int(seed))
+    return _leiden(indptr, indices, csr_w, np.asarray(strength, dtype=np.float64),
+                   np.asarray(null_factor, dtype=np.float64), initial, float(beta), int(n_iterations), int(seed))
