@@ -114,6 +114,7 @@ class VectorIndex:
         self._ids = ids
         self.model = model
         self.dim = int(index.d)
+        self._rows: dict[str, int] | None = None  # id -> row, built by the first `vectors` call
 
     @classmethod
     def load(cls, index_dir: str | os.PathLike[str], kind: str) -> "VectorIndex":
@@ -145,7 +146,7 @@ class VectorIndex:
 
     def vectors(self, ids: Sequence[str]) -> np.ndarray:
         """The stored (normalised) vectors of `ids`, one row each; KeyError for an unknown id."""
-        rows = getattr(self, "_rows", None)
+        rows = self._rows
         if rows is None:
             # An inverted-file index (IVF) reads rows back only through a direct map.
             ivf = faiss.try_extract_index_ivf(self._index)
