@@ -12,6 +12,11 @@ in the same run, independently of the product's index:
 - spaCy-entity PPR: a bipartite document-entity graph from spaCy's named entities,
   personalised PageRank (igraph) restarted at the dense top documents by their scores.
 
+Besides, `steps_check` reruns local retrieval with each step after the walk turned off (the
+ablation rows) and estimates the entity bridge on held-out questions: its settings chosen on
+one random half of the questions, scored on the other (the settings were first chosen on these
+same dev questions; there is no separate split in ../shared/data).
+
 Recall@k of a question is the share of its evidence documents among the first k distinct
 documents retrieved; the figures are means over the questions. Documents are matched through
 the jsonl `id`, which ingest records as the `#<id>` suffix of `source_uri`.
@@ -23,9 +28,11 @@ already built (it re-runs the stages, which skip done work).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import platform
+import random
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -203,6 +210,7 @@ def measure(name: str, cfg, embedder) -> dict:
             out[key + "5"].append(recall_at(ranked, gold, 5))
             out[key + "2"].append(recall_at(ranked, gold, 2))
     mean = {k: round(float(np.mean(v)), 4) for k, v in out.items()}
+    ablation, held_out = steps_check(store, questions, qvecs, unit_doc, weights)
     return {
         "local_recall@5": mean["local5"], "local_recall@2": mean["local2"],
         "basic_recall@5": mean["basic5"], "basic_recall@2": mean["basic2"],
@@ -212,7 +220,45 @@ def measure(name: str, cfg, embedder) -> dict:
         "questions": len(questions), "documents": len(docs), "text_units": len(store.units),
         "entities": len(store.entities), "relationships": len(store.relationships),
         "query_embed_seconds": round(embed_s, 2), "local_rank_ms_per_question": round(1000 * local_s / len(questions), 1),
+        "local_without_step": ablation, "entity_bridge_held_out": held_out,
     }
+
+
+def steps_check(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str], weights,
+                splits: int = 20, seed: int = 11) -> tuple[dict, dict]:
+    """What each step after the walk adds, and how much of the entity bridge's gain is tuning.
+
+    Ablation: local recall@5 / @2 with one step off at a time. Held out: the entity bridge's
+    settings (sources 1-3, floor 0.2-0.4, hub limit 30-100, or off) are chosen on a random half
+    of the questions and scored on the other half, both ways, over `splits` splits; the mean is
+    what the step is worth on questions its settings were not chosen on."""
+    from corpusgraph.query.retrieval import rank_units
+
+    def recalls(w, k=5) -> np.ndarray:
+        return np.array([recall_at([unit_doc[u] for u in rank_units(store, q["question"], v, w, 20)],
+                                   q["evidence_doc_ids"], k) for q, v in zip(questions, qvecs)])
+
+    ablation = {}
+    for step, off in (("title_seeds", {"title_seeds": 0}), ("title_bridge", {"bridge_from": 0}),
+                      ("entity_bridge", {"entity_bridge_from": 0})):
+        w = dataclasses.replace(weights, **off)
+        ablation[step] = {"recall@5": round(float(recalls(w).mean()), 4), "recall@2": round(float(recalls(w, 2).mean()), 4)}
+    grid = [{"entity_bridge_from": 0}] + [
+        {"entity_bridge_from": k, "entity_bridge_min_score": f, "entity_bridge_max_passages": m}
+        for k in (1, 2, 3) for f in (0.2, 0.25, 0.3, 0.35, 0.4) for m in (30, 50, 100)]
+    per = np.stack([recalls(dataclasses.replace(weights, **g)) for g in grid])
+    rng = random.Random(seed)
+    chosen, off = [], []
+    for _ in range(splits):
+        order = list(range(len(questions)))
+        rng.shuffle(order)
+        half = len(order) // 2
+        for train, test in ((order[:half], order[half:]), (order[half:], order[:half])):
+            best = max(range(len(grid)), key=lambda i: (per[i, train].mean(), -i))  # ties: the earlier setting
+            chosen.append(per[best, test].mean())
+            off.append(per[0, test].mean())
+    return ablation, {"recall@5": round(float(np.mean(chosen)), 4), "std": round(float(np.std(chosen)), 4),
+                      "off_recall@5": round(float(np.mean(off)), 4), "settings": len(grid), "splits": 2 * splits}
 
 
 @pytest.mark.skipif(not all((SHARED_DATA / n / "dev.jsonl").is_file() for n in DATASETS),

@@ -275,3 +275,70 @@ def test_a_document_the_question_names_by_title_goes_first_and_is_bridged_from()
     assert [u for u, _ in r.rank(question, far, RetrievalWeights(title_seeds=0, bridge_from=0), 5)][0] == "uX"
     ranked = [u for u, _ in r.rank(question, far, named, 5)]
     assert ranked[0] == "uA" and ranked[1] in {"uB1", "uB2"}  # named first, then its bridge
+
+
+def _entity_bridge_store():
+    """uS (Signmark, the first hop) states Finland; uM (the Finnish markka) mentions Finland too.
+    uQ shares only Signmark, which the question names; uS2 is another paragraph of uS's own
+    document; uH shares only a hub entity found in 61 passages (60 fillers). Seen from the
+    question, uQ, uS2 and uH all beat uM once novelty is counted: each must lose for its reason."""
+    from types import SimpleNamespace
+
+    vecs = {"uS": [1.0, 0.0, 0.0], "uM": [0.6, 0.8, 0.0], "uQ": [0.0, 1.0, 0.0], "uS2": [0.0, 1.0, 0.0],
+            "uH": [0.0, 0.98, 0.2], "uE": [0.0, 0.0, 1.0], "uX": [0.0, 0.0, 1.0]}
+    fillers = [f"f{i}" for i in range(60)]
+    vecs.update({f: [0.0, 0.0, 1.0] for f in fillers})
+
+    class Vectors:
+        def vectors(self, ids):
+            return np.asarray([vecs[i] for i in ids], dtype=np.float32)
+
+        def search(self, q, k):
+            scores = {u: float(np.dot(v, q.reshape(-1))) for u, v in vecs.items()}
+            return [sorted(scores.items(), key=lambda x: -x[1])[:k]]
+
+    units = {u: {"doc_id": "d" + u[1:], "text": ""} for u in vecs}
+    units["uS2"]["doc_id"] = "dS"
+    docs = {row["doc_id"]: {"title": ""} for row in units.values()}
+    entities = {"signmark": {"unit_ids": ["uS", "uS2", "uQ"]}, "finland": {"unit_ids": ["uS", "uS2", "uM"]},
+                "hub": {"unit_ids": ["uS", "uH", *fillers]}, "euro": {"unit_ids": ["uE", "uM"]}}
+    return SimpleNamespace(units=units, docs=docs, entities=entities, relationships={}, names={},
+                           vectors=lambda kind: Vectors(), match_names=lambda question: ["signmark"])
+
+
+def test_entity_bridge_follows_a_stated_entity_to_the_passage_the_question_needs_next():
+    from corpusgraph.query.retrieval import GraphRetriever
+
+    r = GraphRetriever(_entity_bridge_store())
+    q = np.array([0.6, 0.8, 0.0], dtype=np.float32)
+    named = {r.entity_index["signmark"]}
+    ranked = [("uS", 0.9), ("uE", 0.5), ("uX", 0.4)]
+    one = RetrievalWeights(entity_bridge_from=1)
+    # Finland leads to uM; Signmark (named by the question), the hub (61 passages > 50) and uS's
+    # own document are not followed, though uQ, uH and uS2 score higher.
+    assert r.entity_bridge(ranked, q, one, named) == [("uS", 0.9), ("uM", 0.9), ("uE", 0.5), ("uX", 0.4)]
+    # Each exclusion matters: without it, the passage it kept out wins.
+    assert r.entity_bridge(ranked, q, one)[1] == ("uQ", 0.9)
+    assert r.entity_bridge(ranked, q, RetrievalWeights(entity_bridge_from=1, entity_bridge_max_passages=100),
+                           named)[1] == ("uH", 0.9)
+    # Off, or nothing close enough to the question: the ranking is left as it was.
+    assert r.entity_bridge(ranked, q, RetrievalWeights(entity_bridge_from=0), named) == ranked
+    assert r.entity_bridge(ranked, np.array([0.0, 0.0, 1.0], dtype=np.float32), one, named) == ranked
+    # The first passages keep their places; a bridged passage found lower moves up once.
+    low = [("uS", 0.9), ("uE", 0.5), ("uX", 0.4), ("uM", 0.1)]
+    assert r.entity_bridge(low, q, RetrievalWeights(entity_bridge_from=2), named) == \
+        [("uS", 0.9), ("uE", 0.5), ("uM", 0.9), ("uX", 0.4)]
+
+
+def test_rank_hands_the_entities_the_question_names_to_the_entity_bridge():
+    from corpusgraph.query.retrieval import GraphRetriever
+
+    r = GraphRetriever(_entity_bridge_store())
+    question = "What currency did Signmark's country use?"
+    assert r.named_entities(question) == {r.entity_index["signmark"]}  # match_names: Signmark
+    seen = []
+    follow = r.entity_bridge
+    r.entity_bridge = lambda ranked, qv, w, named=frozenset(): seen.append(named) or follow(ranked, qv, w, named)
+    ranked = [u for u, _ in r.rank(question, np.array([0.6, 0.8, 0.0], dtype=np.float32), RetrievalWeights(), 10)]
+    assert seen == [{r.entity_index["signmark"]}]
+    assert len(ranked) == len(set(ranked))  # no passage twice

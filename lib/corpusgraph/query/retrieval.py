@@ -16,13 +16,17 @@ mass on two kinds of nodes:
 A unit is also linked to the entity named by its document's title (Wikipedia-style texts say
 "it" where the title is meant). Personalised PageRank over that graph (sparse power iteration in numpy) then scores every
 passage; multi-hop evidence that shares an entity with a seed passage rises, which plain
-vector search cannot do. The final ranking is the PPR score, with two steps after it:
+vector search cannot do. The final ranking is the PPR score, with three steps after it:
 documents the question names by title put their passage nearest the question first
-(`title_seeds`), and each of the top `bridge_from` passages is followed by the passage, among
+(`title_seeds`); each of the top `bridge_from` passages is followed by the passage, among
 those of the documents it names by title, that best answers what it leaves out (the walk alone
 spreads a passage's mass over every entity it names, so the one document the question needs
-next rarely made the top five). Recall@5 / @2 on the dev sets: hotpotqa100 0.819 / 0.525 ->
-0.919 / 0.806, musique100 0.701 / 0.422 -> 0.726 / 0.494 (tests/benchmarks/test_retrieval.py).
+next rarely made the top five); and after the top `entity_bridge_from` passages come, for each,
+the best passage sharing a not-too-common entity with it that the question does not name (the
+hop through an answer: Signmark's passage says Finland, the currency question needs the markka's
+passage). Recall@5 / @2 on the dev sets: hotpotqa100 0.819 / 0.525 -> 0.938 / 0.806,
+musique100 0.701 / 0.422 -> 0.777 / 0.494; with the entity bridge's settings chosen on one half
+of the questions and scored on the other, 0.937 and 0.760 at @5 (tests/benchmarks/test_retrieval.py).
 
 `GraphRetriever` builds the arrays once per `IndexStore` (`retriever_for` caches it); a query
 costs a handful of sparse products over the edge list. Above `max_walk_nodes` nodes the walk runs
@@ -84,6 +88,9 @@ class RetrievalWeights:
     bridge_novelty: float = 0.5  # bridge choice: cosine with the question - this * cosine with the passage before
     title_seeds: int = 2  # documents the question names by title whose best passage goes first (0: off)
     title_min_score: float = 0.2  # that passage's cosine with the question must reach this
+    entity_bridge_from: int = 2  # top passages followed through the entities they share (0: off)
+    entity_bridge_min_score: float = 0.3  # an entity-bridged passage's cosine with the question must reach this
+    entity_bridge_max_passages: int = 50  # entities in more passages than this are not followed
 
 
 def weights_from(section) -> RetrievalWeights:
@@ -96,6 +103,9 @@ def weights_from(section) -> RetrievalWeights:
         bridge_from=section.retrieval_bridge_from, bridge_min_score=section.retrieval_bridge_min_score,
         bridge_novelty=section.retrieval_bridge_novelty, title_seeds=section.retrieval_title_seeds,
         title_min_score=section.retrieval_title_min_score,
+        entity_bridge_from=section.retrieval_entity_bridge_from,
+        entity_bridge_min_score=section.retrieval_entity_bridge_min_score,
+        entity_bridge_max_passages=section.retrieval_entity_bridge_max_passages,
     )
 
 
@@ -295,7 +305,6 @@ class GraphRetriever:
         it; one ranked lower moves up, one already placed above is not taken again."""
         if w.bridge_from <= 0 or not ranked:
             return ranked
-        vectors = self.store.vectors("text_unit")
         q = np.asarray(question_vector, dtype=np.float32).reshape(-1)
         out: dict[str, float] = {}
         for i, (unit_id, score) in enumerate(ranked):
@@ -304,16 +313,60 @@ class GraphRetriever:
                 continue
             cands = [u for d in self.mentioned_documents(unit_id) for u in self.units_of_doc.get(d, ())
                      if u not in out]
-            if not cands:
-                continue
-            cand_vectors = vectors.vectors(cands)
-            cos = cand_vectors @ q
-            choice = np.where(cos >= w.bridge_min_score,
-                              cos - w.bridge_novelty * (cand_vectors @ vectors.vectors([unit_id])[0]), -np.inf)
-            best = int(np.argmax(choice))
-            if np.isfinite(choice[best]):
-                out[cands[best]] = score
+            best = self._next_hop(unit_id, cands, q, w.bridge_min_score, w.bridge_novelty)
+            if best is not None:
+                out[best] = score
         return list(out.items())
+
+    def _next_hop(self, unit_id: str, cands: list[str], q: np.ndarray, floor: float, novelty: float) -> str | None:
+        """The candidate with the highest cosine with the question less `novelty` times its cosine
+        with `unit_id` (the passage that led there), among those whose cosine with the question
+        reaches `floor`; None when there is none."""
+        if not cands:
+            return None
+        vectors = self.store.vectors("text_unit")
+        cand_vectors = vectors.vectors(cands)
+        cos = cand_vectors @ q
+        choice = np.where(cos >= floor, cos - novelty * (cand_vectors @ vectors.vectors([unit_id])[0]), -np.inf)
+        best = int(np.argmax(choice))
+        return cands[best] if np.isfinite(choice[best]) else None
+
+    def entity_bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray, w: RetrievalWeights,
+                      named: set[int] = frozenset()) -> list[tuple[str, float]]:
+        """After the first `entity_bridge_from` passages, for each of them the best passage that
+        shares an entity with it: where the next hop is reached through an entity the first hop
+        states rather than a title it names (Signmark's passage says Finland; the currency
+        question needs the Finnish markka's passage, which mentions Finland). Entities the
+        question names (`named`, entity indexes) are not followed, nor entities in more than
+        `entity_bridge_max_passages` passages (a hub links everything). The choice is the title
+        bridge's (cosine with the question less `bridge_novelty` times the cosine with the
+        passage before), with its own floor `entity_bridge_min_score`: an entity link is weaker
+        evidence than a title. Bridged passages go after the passages they came from, with
+        their scores, and are not taken again further down; the first passages keep their
+        places."""
+        k = w.entity_bridge_from
+        if k <= 0 or not ranked:
+            return ranked
+        n_ent = len(self.entity_ids)
+        q = np.asarray(question_vector, dtype=np.float32).reshape(-1)
+        head = ranked[:k]
+        taken = {u for u, _ in head}
+        extra: list[tuple[str, float]] = []
+        for unit_id, score in head:
+            node = n_ent + self.unit_index[unit_id]
+            own_doc = self.store.units[unit_id]["doc_id"]
+            found: set[int] = set()
+            for e in self.csr_dst[self.indptr[node]: self.indptr[node + 1]]:
+                if e < n_ent and e not in named and self.passages_of[e] <= w.entity_bridge_max_passages:
+                    linked = self.csr_dst[self.indptr[e]: self.indptr[e + 1]]
+                    found.update((linked[linked >= n_ent] - n_ent).tolist())
+            cands = [self.unit_ids[i] for i in sorted(found)]
+            cands = [u for u in cands if u not in taken and self.store.units[u]["doc_id"] != own_doc]
+            best = self._next_hop(unit_id, cands, q, w.entity_bridge_min_score, w.bridge_novelty)
+            if best is not None:
+                taken.add(best)
+                extra.append((best, score))
+        return head + extra + [(u, s) for u, s in ranked[k:] if u not in taken]
 
     def _unit_text(self, unit_id: str) -> str:
         unit = self.store.units[unit_id]
@@ -338,13 +391,16 @@ class GraphRetriever:
         fused = w.dense_weight * d + (1 - w.dense_weight) * lx
         return dict(zip(cands, fused.tolist()))
 
-    def entity_seeds(self, question: str, question_vector: np.ndarray, w: RetrievalWeights) -> dict[int, float]:
-        """Entity index -> seed weight: named entities 1.0, nearest vectors their cosine; each
-        scaled by specificity (1 / passages it occurs in)."""
-        seeds: dict[int, float] = {}
-        for eid in self.store.match_names(question):
-            if eid in self.entity_index:
-                seeds[self.entity_index[eid]] = 1.0
+    def named_entities(self, question: str) -> set[int]:
+        """Indexes of the entities the question names (`IndexStore.match_names`)."""
+        return {self.entity_index[e] for e in self.store.match_names(question) if e in self.entity_index}
+
+    def entity_seeds(self, question: str, question_vector: np.ndarray, w: RetrievalWeights,
+                     named: set[int] | None = None) -> dict[int, float]:
+        """Entity index -> seed weight: named entities (`named`, found in the question when not
+        given) 1.0, nearest vectors their cosine; each scaled by specificity (1 / passages it
+        occurs in)."""
+        seeds: dict[int, float] = dict.fromkeys(self.named_entities(question) if named is None else named, 1.0)
         if w.entity_seeds > 0 and len(self.entity_ids):
             q = np.asarray(question_vector, dtype=np.float32).reshape(1, -1)
             hits = self.store.vectors("entity").search(q, w.entity_seeds)[0]
@@ -362,7 +418,8 @@ class GraphRetriever:
             return []
         n_ent = len(self.entity_ids)
         passages = self.passage_scores(question, question_vector, w)
-        seeds = self.entity_seeds(question, question_vector, w)
+        named_entities = self.named_entities(question)
+        seeds = self.entity_seeds(question, question_vector, w, named_entities)
         reset = np.zeros(self.n)
         if seeds:
             ent_total = sum(seeds.values())
@@ -393,7 +450,8 @@ class GraphRetriever:
             top = max((score for _, score in ranked), default=1.0)
             first = {u: top for u in named}
             ranked = list(first.items()) + [(u, score) for u, score in ranked if u not in first]
-        return self.bridge(ranked, question_vector, w)[:limit]
+        ranked = self.bridge(ranked, question_vector, w)
+        return self.entity_bridge(ranked, question_vector, w, named_entities)[:limit]
 
 
     def _out_positions(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
