@@ -164,6 +164,20 @@ def test_large_graphs_rank_through_the_bounded_walk(store):
     assert "u5" in ranked and "u6" not in ranked
 
 
+class _ExactVectors:
+    """A vector index over a dict of unit vectors: read-back and exact search."""
+
+    def __init__(self, vecs: dict[str, list[float]]):
+        self.vecs = vecs
+
+    def vectors(self, ids):
+        return np.asarray([self.vecs[i] for i in ids], dtype=np.float32)
+
+    def search(self, q, k):
+        scores = {u: float(np.dot(v, q.reshape(-1))) for u, v in self.vecs.items()}
+        return [sorted(scores.items(), key=lambda x: -x[1])[:k]]
+
+
 def _bridge_store():
     """uA (the first hop) names the film by its title without the "(1986 film)" qualifier; the
     film's document has two units, uB2 closer to the question than uB1."""
@@ -171,14 +185,6 @@ def _bridge_store():
 
     vecs = {"uA": [1.0, 0.0, 0.0], "uB1": [0.3, 0.954, 0.0], "uB2": [0.6, 0.8, 0.0], "uX": [0.0, 0.0, 1.0],
             "uO": [0.9, 0.436, 0.0]}
-
-    class Vectors:
-        def vectors(self, ids):
-            return np.asarray([vecs[i] for i in ids], dtype=np.float32)
-
-        def search(self, q, k):
-            scores = {u: float(np.dot(v, q.reshape(-1))) for u, v in vecs.items()}
-            return [sorted(scores.items(), key=lambda x: -x[1])[:k]]
 
     units = {
         "uA": {"doc_id": "dA", "text": "Maximum Overdrive was shot in Leland, by the river. The crew stayed."},
@@ -190,7 +196,7 @@ def _bridge_store():
     docs = {"dA": {"title": "Leland, North Carolina"}, "dB": {"title": "Maximum Overdrive (1986 film)"},
             "dX": {"title": "Cape Fear"}, "dO": {"title": "The"}}
     return SimpleNamespace(units=units, docs=docs, entities={}, relationships={}, names={},
-                           vectors=lambda kind: Vectors(), match_names=lambda question: [])
+                           vectors=lambda kind: _ExactVectors(vecs), match_names=lambda question: [])
 
 
 def test_documents_are_found_by_their_title_mentioned_as_whole_words():
@@ -289,21 +295,13 @@ def _entity_bridge_store():
     fillers = [f"f{i}" for i in range(60)]
     vecs.update({f: [0.0, 0.0, 1.0] for f in fillers})
 
-    class Vectors:
-        def vectors(self, ids):
-            return np.asarray([vecs[i] for i in ids], dtype=np.float32)
-
-        def search(self, q, k):
-            scores = {u: float(np.dot(v, q.reshape(-1))) for u, v in vecs.items()}
-            return [sorted(scores.items(), key=lambda x: -x[1])[:k]]
-
     units = {u: {"doc_id": "d" + u[1:], "text": ""} for u in vecs}
     units["uS2"]["doc_id"] = "dS"
     docs = {row["doc_id"]: {"title": ""} for row in units.values()}
     entities = {"signmark": {"unit_ids": ["uS", "uS2", "uQ"]}, "finland": {"unit_ids": ["uS", "uS2", "uM"]},
                 "hub": {"unit_ids": ["uS", "uH", *fillers]}, "euro": {"unit_ids": ["uE", "uM"]}}
     return SimpleNamespace(units=units, docs=docs, entities=entities, relationships={}, names={},
-                           vectors=lambda kind: Vectors(), match_names=lambda question: ["signmark"])
+                           vectors=lambda kind: _ExactVectors(vecs), match_names=lambda question: ["signmark"])
 
 
 def test_entity_bridge_follows_a_stated_entity_to_the_passage_the_question_needs_next():
