@@ -311,7 +311,7 @@ class QuerySection(_Section):
                                               "passages is followed by the best passage that shares an entity with "
                                               "it (not one the question names), placed after them (0: off). "
                                               "Measured on the dev sets: recall@5 musique100 0.726 -> 0.777, "
-                                              "hotpotqa100 0.919 -> 0.938; 0.760 and 0.938 on held-out halves "
+                                              "hotpotqa100 0.919 -> 0.938; 0.760 and 0.937 on held-out halves "
                                               "with the settings chosen on the other half.")
     retrieval_entity_bridge_min_score: float = Field(0.3, ge=-1, le=1, description="Entity bridge: the passage's "
                                                      "cosine with the question must reach this (MiniLM scale).")

@@ -173,14 +173,18 @@ def ppr_baseline_rankings(doc_ents: list[list[str]], dense_scores: np.ndarray, s
     return out
 
 
-def measure(name: str, cfg, embedder) -> dict:
+def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questions: list[dict] | None = None,
+            check_steps: bool = True) -> dict:
+    """Recall of local, basic and the two baselines on one index. `docs` and `questions` default
+    to the whole corpus and its dev questions (another benchmark passes a part of them);
+    `check_steps` adds the ablation and held-out rows (`steps_check`)."""
     from corpusgraph.config import QuerySection
     from corpusgraph.query.basic import build_basic_context
     from corpusgraph.query.retrieval import rank_units, weights_from
     from corpusgraph.query.store import IndexStore
 
-    docs = _read_jsonl(SHARED_DATA / name / "docs.jsonl")
-    questions = _read_jsonl(SHARED_DATA / name / "dev.jsonl")
+    docs = docs if docs is not None else _read_jsonl(SHARED_DATA / name / "docs.jsonl")
+    questions = questions if questions is not None else _read_jsonl(SHARED_DATA / name / "dev.jsonl")
     store = IndexStore(cfg.storage.warehouse, cfg.storage.index_dir, load_vectors=False)  # loaded on use
     source_id = {d: (row.get("source_uri") or "").rsplit("#", 1)[-1] for d, row in store.docs.items()}
     unit_doc = {u: source_id[row["doc_id"]] for u, row in store.units.items()}
@@ -210,17 +214,17 @@ def measure(name: str, cfg, embedder) -> dict:
             out[key + "5"].append(recall_at(ranked, gold, 5))
             out[key + "2"].append(recall_at(ranked, gold, 2))
     mean = {k: round(float(np.mean(v)), 4) for k, v in out.items()}
-    ablation, held_out = steps_check(store, questions, qvecs, unit_doc, weights)
     return {
         "local_recall@5": mean["local5"], "local_recall@2": mean["local2"],
         "basic_recall@5": mean["basic5"], "basic_recall@2": mean["basic2"],
         "dense_baseline_recall@5": mean["dense5"], "dense_baseline_recall@2": mean["dense2"],
         "ppr_baseline_recall@5": mean["ppr5"], "ppr_baseline_recall@2": mean["ppr2"],
-        "method": "fast",
+        "method": cfg.extract.method,
         "questions": len(questions), "documents": len(docs), "text_units": len(store.units),
         "entities": len(store.entities), "relationships": len(store.relationships),
         "query_embed_seconds": round(embed_s, 2), "local_rank_ms_per_question": round(1000 * local_s / len(questions), 1),
-        "local_without_step": ablation, "entity_bridge_held_out": held_out,
+        **(dict(zip(("local_without_step", "entity_bridge_held_out"),
+                    steps_check(store, questions, qvecs, unit_doc, weights))) if check_steps else {}),
     }
 
 
