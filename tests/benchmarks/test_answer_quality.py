@@ -53,7 +53,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.test_retrieval import _read_jsonl, build_index, config_for
+from tests.benchmarks.test_retrieval import _read_jsonl, build_index, config_for, first_rows_file
 from tests.conftest import REPO, SHARED_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.ray, pytest.mark.llm]
@@ -260,13 +260,8 @@ def test_local_vs_basic_answers_on_hotpotqa_and_musique(spark):
 
 def podcast_subset(n: int) -> Path:
     """The first n episodes as their own JSON-lines file, outside the repository."""
-    episodes = _read_jsonl(PODCAST / "docs.jsonl")[:n]
-    folder = Path(tempfile.gettempdir()) / "corpusgraph-answer-quality"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"podcast-first{n}.jsonl"
-    text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in episodes)
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        path.write_text(text, encoding="utf-8")
+    path = Path(tempfile.gettempdir()) / "corpusgraph-answer-quality" / f"podcast-first{n}.jsonl"
+    first_rows_file(PODCAST / "docs.jsonl", n, path)
     return path
 
 

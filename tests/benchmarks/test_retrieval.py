@@ -55,6 +55,18 @@ def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def first_rows_file(source: Path, n: int, path: Path) -> list[dict]:
+    """The first `n` rows of the JSON-lines file `source`, written to `path` as an input of their
+    own; the file is rewritten only when its text would change, so an index keyed by its bytes
+    stays reusable. Returns the rows."""
+    rows = _read_jsonl(source)[:n]
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return rows
+
+
 def recall_at(ranked_docs: list[str], gold: list[str], k: int) -> float:
     top = list(dict.fromkeys(ranked_docs))[:k]
     return len(set(top) & set(gold)) / len(set(gold))

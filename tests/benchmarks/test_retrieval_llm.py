@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks.test_retrieval import DATASETS, _read_jsonl, build_index, measure
+from tests.benchmarks.test_retrieval import DATASETS, _read_jsonl, build_index, first_rows_file, measure
 from tests.conftest import REPO, SHARED_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.ray, pytest.mark.llm]
@@ -53,14 +53,10 @@ def prefix_corpus(name: str, n: int) -> tuple[Path, list[dict], list[dict]]:
     the dev questions whose evidence lies entirely inside them."""
     if n < 1:
         raise ValueError(f"a prefix needs at least one paragraph, got {n}")
-    docs = _read_jsonl(SHARED_DATA / name / "docs.jsonl")[:n]
+    path = CACHE / name / f"docs-first-{n}.jsonl"
+    docs = first_rows_file(SHARED_DATA / name / "docs.jsonl", n, path)
     inside = {d["id"] for d in docs}
     questions = [q for q in _read_jsonl(SHARED_DATA / name / "dev.jsonl") if set(q["evidence_doc_ids"]) <= inside]
-    path = CACHE / name / f"docs-first-{n}.jsonl"
-    text = "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs)
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
     return path, docs, questions
 
 
