@@ -360,8 +360,8 @@ class GraphRetriever:
                 if e < n_ent and e not in named and self.passages_of[e] <= w.entity_bridge_max_passages:
                     linked = self.csr_dst[self.indptr[e]: self.indptr[e + 1]]
                     found.update((linked[linked >= n_ent] - n_ent).tolist())
-            cands = [self.unit_ids[i] for i in sorted(found)]
-            cands = [u for u in cands if u not in taken and self.store.units[u]["doc_id"] != own_doc]
+            cands = [u for u in (self.unit_ids[i] for i in sorted(found))
+                     if u not in taken and self.store.units[u]["doc_id"] != own_doc]
             best = self._next_hop(unit_id, cands, q, w.entity_bridge_min_score, w.bridge_novelty)
             if best is not None:
                 taken.add(best)
@@ -444,11 +444,11 @@ class GraphRetriever:
             unit_scores = (1 - w.passage_mix) * (unit_scores / top if top > 0 else unit_scores) + w.passage_mix * direct
         order = np.argsort(-unit_scores, kind="stable")[:limit]
         ranked = [(self.unit_ids[i], float(unit_scores[i])) for i in order if unit_scores[i] > 0]
-        named = self.named_passages(question, question_vector, w)
-        if named:
+        named_units = self.named_passages(question, question_vector, w)
+        if named_units:
             # Named documents first, with the top walk score; the walk's order after them.
             top = max((score for _, score in ranked), default=1.0)
-            first = {u: top for u in named}
+            first = {u: top for u in named_units}
             ranked = list(first.items()) + [(u, score) for u, score in ranked if u not in first]
         ranked = self.bridge(ranked, question_vector, w)
         return self.entity_bridge(ranked, question_vector, w, named_entities)[:limit]
