@@ -92,13 +92,17 @@ def cmd_update(args) -> int:
 def open_query_engine(cfg: Config, base_url: str | None):
     from pathlib import Path
 
+    from .llm.embedders import check_index_model, open_embedder
     from .llm.factory import open_chat_model
-    from .llm.minilm import MiniLMEmbedder
     from .query import IndexStore, QueryEngine
+    from .query.vectors import available_kinds
 
     store = IndexStore(cfg.storage.warehouse, cfg.storage.index_dir)
+    # Questions must be embedded by the backend and model that built the index.
+    for kind in available_kinds(cfg.storage.index_dir):
+        check_index_model(store.vectors(kind).model, cfg.embeddings)
     chat = open_chat_model(cfg.llm, cfg.storage.cache_dir, base_url=base_url)
-    embedder = MiniLMEmbedder(batch_size=cfg.embeddings.batch_size, max_tokens=cfg.embeddings.max_tokens)
+    embedder = open_embedder(cfg.embeddings, cfg.storage.cache_dir)
     return QueryEngine(store, chat, embedder, cfg.query, prompts_dir=Path(cfg.conf_dir),
                        usd_per_1k_in=cfg.llm.usd_per_1k_in, usd_per_1k_out=cfg.llm.usd_per_1k_out)
 

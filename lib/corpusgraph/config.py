@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, model_validator
 
 __all__ = ["Config", "load_config", "ConfigError"]
 
@@ -107,10 +107,77 @@ class LLMSection(_Section):
         return list(self.api_bases) if self.api_bases else ([self.api_base] if self.api_base else [])
 
 
+BUNDLED_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+
+
 class EmbeddingSection(_Section):
-    model: str = Field("all-MiniLM-L6-v2", description="Embedding model; the bundled one runs in numpy on CPU.")
-    batch_size: int = Field(32, ge=1, description="Texts per forward pass.")
-    max_tokens: int = Field(256, ge=8, description="Word pieces kept per text.")
+    """Where vectors come from (the bundled model or an OpenAI-compatible /v1/embeddings endpoint),
+    and which FAISS index the embed stage writes for them."""
+
+    backend: Literal["bundled", "openai"] = Field(
+        "bundled", description="bundled: all-MiniLM-L6-v2 in numpy on CPU (384 dimensions, no server). openai: "
+        "any OpenAI-compatible /v1/embeddings endpoint (vLLM, TEI, Ollama, OpenAI); the dimension is the answers'.")
+    model: str = Field(BUNDLED_EMBEDDING_MODEL, description="Embedding model: with backend bundled only "
+                       f"{BUNDLED_EMBEDDING_MODEL!r}; with openai the `model` sent to the endpoint. Recorded in "
+                       "every `embeddings` row and FAISS file; the query side refuses an index of another model.")
+    api_base: str | None = Field(None, description="openai: endpoint base URL ending in /v1. Shorthand for a "
+                                 "one-element api_bases.")
+    api_bases: list[str] = Field(default_factory=list, description="openai: several endpoints serving `model`; "
+                                 "each request goes to the least loaded one (the chat side's endpoint pool).")
+    api_key: SecretStr | None = Field(None, description="openai: bearer key; write ${VAR} here, never a literal.")
+    batch_size: int = Field(32, ge=1, description="Texts per forward pass (bundled) or per HTTP request (openai).")
+    max_tokens: int = Field(256, ge=8, description="bundled: word pieces kept per text.")
+    max_input_chars: int = Field(8000, ge=100, description="openai: texts are cut to this many characters before "
+                                 "they are sent (servers refuse inputs over their context, e.g. 8,192 tokens).")
+    concurrency: int = Field(4, ge=1, description="openai: requests in flight per embed worker actor.")
+    max_in_flight_per_endpoint: int | None = Field(None, ge=1, description="openai: cap on requests in flight "
+                                                   "to any one endpoint, per actor; null: only concurrency.")
+    tokens_per_minute: int | None = Field(None, ge=1, description="openai: token budget per endpoint per "
+                                          "minute, per actor (estimated from characters, corrected by usage).")
+    timeout_s: float = Field(60.0, gt=0, description="openai: per-request timeout.")
+    max_retries: int = Field(3, ge=0, description="openai: retries on 429, 5xx and timeouts, with backoff and jitter.")
+    cache: bool = Field(True, description="openai: keep answers in the response cache (<cache_dir>/llm_cache.sqlite), "
+                        "keyed by (model, text), so a crashed or repeated embed stage pays once.")
+    usd_per_1k_tokens: float = Field(0.0, ge=0.0, description="openai: price of 1,000 input tokens (0 for local).")
+    index: Literal["auto", "flat", "ivf", "hnsw"] = Field(
+        "auto", description="FAISS index the embed stage writes per kind. auto: exact (flat) up to "
+        "exact_max_vectors, IVF-flat above. flat: always exact. ivf / hnsw: always approximate. The choice, its "
+        "parameters and its measured recall@10 are recorded in <kind>.meta.json.")
+    exact_max_vectors: int = Field(200_000, ge=0, description="auto: kinds with at most this many vectors get an "
+                                   "exact index (FAISS flat 200k x 384: about 5 ms a query on 2 cores, STACK.md).")
+    ivf_nlist: int | None = Field(None, ge=1, description="IVF: inverted lists; null: 4 x sqrt(vectors), at most "
+                                  "one per 39 training vectors.")
+    ivf_nprobe: int | None = Field(None, ge=1, description="IVF: lists searched per query; null: the smallest "
+                                   "power of two whose measured recall@10 reaches ann_recall_target.")
+    hnsw_m: int = Field(32, ge=4, description="HNSW: links per node.")
+    hnsw_ef_construction: int = Field(80, ge=8, description="HNSW: candidate list size while building.")
+    hnsw_ef_search: int | None = Field(None, ge=1, description="HNSW: candidate list size per query; null: the "
+                                       "smallest power of two (>= 16) whose measured recall@10 reaches the target.")
+    ann_recall_target: float = Field(0.95, gt=0, le=1, description="Recall@10 against exact search that the "
+                                     "tuned nprobe / efSearch must reach on the recall sample.")
+    ann_train_sample: int = Field(100_000, ge=100, description="Approximate indexes are trained on at most this "
+                                  "many vectors (a seeded sample).")
+    recall_sample: int = Field(500, ge=10, description="Stored vectors used as queries to measure recall@10.")
+    seed: int = Field(0, description="Seed of the training and recall samples.")
+
+    @field_serializer("api_key")
+    def _hide_key(self, key: SecretStr | None) -> str | None:  # dumps (and config fingerprints) never hold it
+        return None if key is None else "**********"
+
+    @model_validator(mode="after")
+    def _backend_names_a_model_it_has(self) -> "EmbeddingSection":
+        if self.backend == "bundled" and self.model != BUNDLED_EMBEDDING_MODEL:
+            raise ValueError(f"embeddings.model {self.model!r} needs embeddings.backend 'openai' (and an api_base "
+                             f"serving it); the bundled backend has only {BUNDLED_EMBEDDING_MODEL!r}")
+        if self.api_base and self.api_bases:
+            raise ValueError("set embeddings.api_base (one endpoint) or embeddings.api_bases (several), not both")
+        if self.backend == "openai" and not self.endpoint_urls():
+            raise ValueError("embeddings.backend 'openai' needs embeddings.api_base (a URL ending in /v1)")
+        return self
+
+    def endpoint_urls(self) -> list[str]:
+        """The configured endpoints: api_bases, or api_base alone (empty when neither is set)."""
+        return list(self.api_bases) if self.api_bases else ([self.api_base] if self.api_base else [])
 
 
 class StorageSection(_Section):
@@ -120,9 +187,14 @@ class StorageSection(_Section):
 
 
 class IngestSection(_Section):
-    inputs: list[str] = Field(default_factory=list, description="Files or folders to ingest (.txt, .md, .jsonl, .parquet).")
+    inputs: list[str] = Field(default_factory=list, description="Files or folders to ingest (.txt, .md, .jsonl, "
+                              ".ndjson, .jsonl.gz, .parquet).")
     access_domain: str = Field("default", description="Domain given to documents that do not name one.")
-    max_bytes: int = Field(5_000_000, ge=1, description="Larger inputs go to quarantine as oversized.")
+    max_bytes: int = Field(5_000_000, ge=1, description="Largest document: a text file, or one record of a "
+                           "JSON-lines or Parquet file (its text in UTF-8); larger ones go to quarantine as oversized.")
+    max_file_bytes: int = Field(1_000_000_000, ge=1, le=2_000_000_000, description="Largest JSON-lines file "
+                                "(compressed size for .gz), read whole by one task; larger ones go to quarantine "
+                                "as oversized (split them, or use Parquet, which is read by row group).")
     text_field: str = Field("text", description="Field holding the text in JSON-lines and Parquet inputs.")
     id_field: str = Field("id", description="Field holding a source id in JSON-lines and Parquet inputs.")
     title_field: str = Field("title", description="Field holding a title in JSON-lines and Parquet inputs.")

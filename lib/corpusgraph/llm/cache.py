@@ -156,6 +156,24 @@ class ResponseCache:
             )
         )
 
+    def put_many(self, values: Mapping[str, dict]) -> None:
+        """Store several values in one transaction (one fsync for the lot); durable on return."""
+        now = time.time()
+        rows = [(k, json.dumps(v, ensure_ascii=False, separators=(",", ":")), now) for k, v in values.items()]
+
+        def write() -> None:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany("INSERT OR REPLACE INTO responses (key, value, created) VALUES (?, ?, ?)", rows)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        if rows:
+            self._retry(write)
+
     def __len__(self) -> int:
         return self._retry(lambda: self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0])
 

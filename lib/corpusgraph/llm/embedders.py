@@ -1,0 +1,53 @@
+"""Build the configured embedder: the bundled MiniLM, or an OpenAI-compatible endpoint.
+
+The embed stage (in each Ray actor) and the query side (CLI and service) both call
+`open_embedder`, so questions are embedded by the backend and model that built the index;
+`check_index_model` refuses an index built by another model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corpusgraph.config import EmbeddingSection
+from corpusgraph.llm.base import Embedder
+
+__all__ = ["open_embedder", "check_index_model", "EMBED_CACHE_FILE"]
+
+EMBED_CACHE_FILE = "llm_cache.sqlite"  # the chat side's response cache; keys never collide (see openai_embed)
+
+
+def open_embedder(section: EmbeddingSection, cache_dir: str | Path | None) -> Embedder:
+    if section.backend == "bundled":
+        from corpusgraph.llm.minilm import MiniLMEmbedder
+
+        return MiniLMEmbedder(batch_size=section.batch_size, max_tokens=min(section.max_tokens, 512))
+    if section.backend == "openai":
+        from corpusgraph.llm.cache import ResponseCache
+        from corpusgraph.llm.openai_embed import OpenAIEmbedder
+
+        cache = ResponseCache(Path(cache_dir) / EMBED_CACHE_FILE) if section.cache and cache_dir else None
+        return OpenAIEmbedder(
+            model=section.model,
+            base_url=section.endpoint_urls(),
+            api_key=section.api_key.get_secret_value() if section.api_key else None,
+            batch_size=section.batch_size,
+            concurrency=section.concurrency,
+            timeout_s=section.timeout_s,
+            max_retries=section.max_retries,
+            cache=cache,
+            max_input_chars=section.max_input_chars,
+            max_in_flight_per_endpoint=section.max_in_flight_per_endpoint,
+            tokens_per_minute=section.tokens_per_minute,
+        )
+    raise ValueError(f"unknown embeddings.backend {section.backend!r}")
+
+
+def check_index_model(index_model: str | None, section: EmbeddingSection) -> None:
+    """Refuse to answer from vectors of another model than the configured embedder's: their
+    cosines with a question's vector mean nothing (and their dimensions may differ)."""
+    if index_model and index_model != section.model:
+        raise ValueError(
+            f"the vector index was built with embedding model {index_model!r}, but embeddings.model is "
+            f"{section.model!r} (backend {section.backend}); questions must be embedded by the model that built "
+            "the index: set embeddings.model (and backend) back, or rebuild with `corpusgraph index`")

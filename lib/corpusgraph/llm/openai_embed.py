@@ -1,0 +1,351 @@
+"""An Embedder for any OpenAI-compatible `/v1/embeddings` endpoint (vLLM, TEI, Ollama, OpenAI).
+
+It shares the chat client's machinery: the EndpointPool (least-loaded endpoint, concurrency,
+per-endpoint and tokens-per-minute limits, cooldown of unreachable endpoints), the per-loop
+httpx clients, the SQLite response cache (one entry per (model, text)) and the same retry rule
+(429, 5xx, timeouts and dropped connections are retried with full-jitter backoff; other 4xx
+are not).
+
+Two entry points:
+- `embed_many(texts)` never raises for what a server does: it returns every text's vector or
+  the error that stopped its request, plus what each request cost (the embed stage records
+  failures as rows and leaves those items pending for the next run);
+- `embed(texts)` (the `Embedder` protocol, used by queries) raises `EmbeddingError` with the
+  server's reason when any text got no vector.
+
+The dimension is what the endpoint answers (the first answer fixes it for this instance; a
+later answer of another size is an error). Vectors are L2-normalised here, since some servers
+(TEI with normalize off, Ollama) do not, and FAISS scores are cosines only for unit vectors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import random
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import httpx
+import numpy as np
+
+from corpusgraph.llm.cache import ResponseCache
+from corpusgraph.llm.connections import ClientSet, LoopClients
+from corpusgraph.llm.endpoints import EndpointPool
+from corpusgraph.llm.openai_http import _RETRY_AFTER_CAP_S, _retry_after, _server_message
+
+__all__ = ["OpenAIEmbedder", "EmbeddingError", "EmbedOutcome", "embedding_cache_key"]
+
+_KEY_VERSION = 1
+
+
+class EmbeddingError(RuntimeError):
+    """Some texts got no vector; the message says why (the server's own words where it gave them)."""
+
+
+def embedding_cache_key(model: str, text: str) -> str:
+    payload = json.dumps({"v": _KEY_VERSION, "kind": "embedding", "model": model, "input": text},
+                         sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class EmbedOutcome:
+    """What `embed_many` did for a list of texts, position by position.
+
+    vectors: (n, dim) float32, unit length; rows whose error is set are zeros.
+    request_of: which request (0..requests-1) carried each text; -1 for a cache hit.
+    """
+
+    vectors: np.ndarray
+    errors: list[str | None]
+    request_of: list[int]
+    request_tokens: list[int] = field(default_factory=list)  # prompt tokens each request reported
+    request_failed: list[bool] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(1 for r in self.request_of if r < 0)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for e in self.errors if e is not None)
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, wait_s: float | None = None, unreachable: bool = False):
+        super().__init__(reason)
+        self.wait_s, self.unreachable = wait_s, unreachable
+
+
+class _Fatal(Exception):
+    pass
+
+
+class OpenAIEmbedder:
+    """`Embedder` over one or several OpenAI-compatible endpoints; limits hold per instance
+    (per process or Ray actor), as for `OpenAIChatModel`."""
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | Sequence[str],
+        api_key: str | None = None,
+        batch_size: int = 32,
+        concurrency: int = 4,
+        timeout_s: float = 60.0,
+        max_retries: int = 3,
+        cache: ResponseCache | None = None,
+        max_input_chars: int = 8000,
+        max_in_flight_per_endpoint: int | None = None,
+        tokens_per_minute: int | None = None,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 20.0,
+    ) -> None:
+        if batch_size < 1 or concurrency < 1:
+            raise ValueError("batch_size and concurrency must be at least 1")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self.model = model
+        self.pool = EndpointPool(urls, max_in_flight=concurrency, max_in_flight_per_endpoint=max_in_flight_per_endpoint,
+                                 tokens_per_minute=tokens_per_minute)
+        self.api_key = api_key
+        self.batch_size = batch_size
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.cache = cache
+        self.max_input_chars = max_input_chars
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.dim: int | None = None  # fixed by the first answer
+        self._dim_lock = threading.Lock()
+        self._http = LoopClients()
+
+    def __repr__(self) -> str:  # no key: reprs end up in logs
+        return f"OpenAIEmbedder(model={self.model!r}, base_url={self.pool.urls!r}, dim={self.dim})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_dim_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._dim_lock = threading.Lock()
+
+    # -- the Embedder protocol -----------------------------------------------------------------
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("embed takes a sequence of texts, not one string")
+        out = self.embed_many(texts)
+        bad = [(i, e) for i, e in enumerate(out.errors) if e is not None]
+        if bad:
+            i, err = bad[0]
+            raise EmbeddingError(f"{len(bad)} of {len(texts)} texts got no vector from {self.model!r} at "
+                                 f"{self.pool.urls[0]}: text {i}: {err}")
+        return out.vectors
+
+    def embed_many(self, texts: Sequence[str]) -> EmbedOutcome:
+        """Blocking; runs its own loop (on a thread of its own when the caller runs one)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.aembed_many(texts))
+        box: list[Any] = []
+        worker = threading.Thread(target=lambda: box.append(_capture(lambda: asyncio.run(self.aembed_many(texts)))))
+        worker.start()
+        worker.join()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    async def aembed_many(self, texts: Sequence[str]) -> EmbedOutcome:
+        start = time.monotonic()
+        texts = [t[: self.max_input_chars] if isinstance(t, str) else "" for t in texts]
+        n = len(texts)
+        vecs: list[np.ndarray | None] = [None] * n
+        errors: list[str | None] = [None] * n
+        request_of = [-1] * n
+        keys = [embedding_cache_key(self.model, t) for t in texts]
+        hits: dict[str, dict] = {}
+        if self.cache is not None and n:
+            try:
+                hits = await asyncio.to_thread(self.cache.get_many, keys)
+            except Exception:  # a broken cache costs money, not correctness
+                hits = {}
+        todo = []
+        for i, key in enumerate(keys):
+            cached = _decode(hits.get(key))
+            if cached is not None and (self.dim is None or cached.shape[0] == self.dim):
+                vecs[i] = cached
+            else:
+                todo.append(i)
+        for i in todo:
+            if not texts[i].strip():
+                errors[i] = "empty text: nothing to embed"
+        todo = [i for i in todo if errors[i] is None]
+        batches = [todo[s : s + self.batch_size] for s in range(0, len(todo), self.batch_size)]
+        tokens, failed = [0] * len(batches), [False] * len(batches)
+        if batches:
+            clients = self._http.enter(self._new_client)
+            try:
+                answers = await asyncio.gather(*(self._request(clients, [texts[i] for i in b]) for b in batches))
+            finally:
+                await self._http.exit(clients)
+            puts: dict[str, dict] = {}
+            for r, (batch, (got, used, err)) in enumerate(zip(batches, answers)):
+                tokens[r] = used
+                for i in batch:
+                    request_of[i] = r
+                if err is not None:
+                    failed[r] = True
+                    for i in batch:
+                        errors[i] = err
+                    continue
+                for i, v in zip(batch, got):
+                    vecs[i] = v
+                    puts[keys[i]] = _encode(v)
+            if puts and self.cache is not None:
+                try:
+                    await asyncio.to_thread(self.cache.put_many, puts)
+                except Exception:
+                    pass  # the vectors are still good; they will be paid for again next time
+        dim = self.dim or next((v.shape[0] for v in vecs if v is not None), 1)
+        matrix = np.zeros((n, dim), dtype=np.float32)
+        for i, v in enumerate(vecs):
+            if v is not None and errors[i] is None:
+                if v.shape[0] != dim:  # a cache entry of another size (checked above once dim is known)
+                    errors[i] = f"cached vector has {v.shape[0]} dimensions, the endpoint answers {dim}"
+                else:
+                    matrix[i] = v
+        return EmbedOutcome(matrix, errors, request_of, tokens, failed, time.monotonic() - start)
+
+    # -- one request ----------------------------------------------------------------------------
+    async def _request(self, clients: ClientSet, texts: list[str]) -> tuple[list[np.ndarray] | None, int, str | None]:
+        """(vectors, prompt tokens, None) or (None, tokens, reason); never raises."""
+        body = {"model": self.model, "input": texts, "encoding_format": "float"}
+        cost = sum(len(t) for t in texts) // 4 + len(texts)
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            lease = await self.pool.acquire(cost)
+            used, reachable = None, True
+            try:
+                vectors, used = await self._post(clients.get(lease.url, lease.slot), lease.url, body, len(texts))
+                return vectors, used, None
+            except _Fatal as exc:
+                used = 0
+                return None, 0, str(exc)
+            except _Retryable as exc:
+                reachable = not exc.unreachable
+                if attempt == attempts - 1:
+                    return None, 0, f"{exc} (gave up after {attempts} attempts)"
+                wait = exc.wait_s
+            except Exception as exc:  # the contract: one bad answer never loses the batch
+                return None, 0, f"unexpected {type(exc).__name__}: {exc}"
+            finally:
+                self.pool.release(lease, used, reachable)
+            if not reachable and self.pool.any_healthy():
+                continue
+            delay = (min(max(wait, 0.0), _RETRY_AFTER_CAP_S) if wait is not None
+                     else random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt)))
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _post(self, client: httpx.AsyncClient, url: str, body: dict, n: int) -> tuple[list[np.ndarray], int]:
+        try:
+            resp = await client.post(f"{url}/embeddings", json=body)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise _Retryable(f"connection error: {type(exc).__name__}: {exc}", unreachable=True) from exc
+        except httpx.TimeoutException as exc:
+            raise _Retryable(f"timeout after {self.timeout_s:g}s ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise _Retryable(f"connection error: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code == 429 or resp.status_code >= 500:
+            raise _Retryable(f"HTTP {resp.status_code}: {_server_message(resp)}", _retry_after(resp))
+        if resp.status_code != 200:
+            raise _Fatal(f"HTTP {resp.status_code}: {_server_message(resp)}")
+        return self._parse(resp, n)
+
+    def _parse(self, resp: httpx.Response, n: int) -> tuple[list[np.ndarray], int]:
+        try:
+            data = resp.json()
+        except ValueError:
+            raise _Fatal(f"malformed response body: {resp.text[:200]!r}") from None
+        items = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(items, list) or len(items) != n:
+            got = len(items) if isinstance(items, list) else "no"
+            raise _Fatal(f"expected {n} embeddings in 'data', got {got}")
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        try:
+            tokens = int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0)
+        except (TypeError, ValueError):
+            tokens = 0
+        ordered: list[Any] = [None] * n
+        for pos, item in enumerate(items):
+            idx = item.get("index", pos) if isinstance(item, dict) else None
+            if not isinstance(idx, int) or not 0 <= idx < n or ordered[idx] is not None:
+                raise _Fatal(f"embedding {pos} has a bad or repeated index {idx!r}")
+            ordered[idx] = item.get("embedding")
+        out = []
+        for idx, raw in enumerate(ordered):
+            vec = _as_vector(raw)
+            if vec is None:
+                raise _Fatal(f"embedding {idx} is not a list of finite numbers")
+            norm = float(np.linalg.norm(vec))
+            if norm == 0.0:
+                raise _Fatal(f"embedding {idx} is the zero vector")
+            out.append(vec / np.float32(norm))
+        dims = {v.shape[0] for v in out}
+        with self._dim_lock:
+            if self.dim is None and len(dims) == 1:
+                self.dim = dims.pop()
+                dims = {self.dim}
+        if dims != {self.dim}:
+            raise _Fatal(f"the endpoint answered {sorted(dims)}-dimensional vectors; earlier answers had {self.dim}")
+        return out, tokens
+
+    def _new_client(self, max_connections: int, tls: ssl.SSLContext) -> httpx.AsyncClient:
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        timeout = httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers, verify=tls)
+
+
+def _as_vector(raw: Any) -> np.ndarray | None:
+    if isinstance(raw, str):  # encoding_format base64, which some servers answer regardless
+        try:
+            vec = np.frombuffer(base64.b64decode(raw), dtype="<f4").astype(np.float32)
+        except (ValueError, TypeError):
+            return None
+    elif isinstance(raw, list) and raw:
+        try:
+            vec = np.asarray(raw, dtype=np.float32)
+        except (TypeError, ValueError):
+            return None
+    else:
+        return None
+    return vec if vec.ndim == 1 and vec.size and np.all(np.isfinite(vec)) else None
+
+
+def _encode(vec: np.ndarray) -> dict:
+    return {"b64": base64.b64encode(vec.astype("<f4").tobytes()).decode("ascii")}
+
+
+def _decode(value: dict | None) -> np.ndarray | None:
+    if not isinstance(value, dict) or not isinstance(value.get("b64"), str):
+        return None
+    return _as_vector(value["b64"])
+
+
+def _capture(fn):
+    try:
+        return True, fn()
+    except BaseException as exc:  # surfaced in the caller's thread
+        return False, exc
