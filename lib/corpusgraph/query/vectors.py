@@ -1,11 +1,12 @@
-"""FAISS files built from the `embeddings` table, and exact top-k search over them.
+"""FAISS files built from the `embeddings` table, and top-k search over them.
 
 One index per kind (text units, entities, community reports, ...): `<kind>.faiss` holds the
 vectors in row order and `<kind>.meta.json` the ids of those rows, the embedding model, the
-dimension and the count. The index is an exact inner-product index (`IndexFlatIP`) over
-L2-normalised vectors, so scores are cosine similarities; at this project's sizes (FAISS
-200k x 384: build 0.3 s, STACK.md) exact search is affordable and keeps results
-reproducible, which approximate indexes (HNSW build about 125 s there) do not.
+dimension, the count, and `index`: which FAISS index it is (flat, ivf, hnsw), its parameters and
+its recall@10 against exact search as measured when it was built (ann.py chooses and measures).
+Vectors are L2-normalised and the metric is inner product, so scores are cosine similarities.
+Exact search is the default up to 200k vectors (FAISS 200k x 384: build 0.3 s, STACK.md);
+larger kinds get an approximate index, searched with the nprobe / efSearch recorded beside it.
 
 The service loads these files once at start-up; `corpusgraph index` writes them.
 """
@@ -21,6 +22,8 @@ from typing import Sequence
 
 import faiss
 import numpy as np
+
+from corpusgraph.query.ann import IndexParams, apply_search_params, build_index
 
 __all__ = ["VectorIndex", "available_kinds", "write_index"]
 
@@ -50,13 +53,14 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def write_index(
-    index_dir: str | os.PathLike[str], kind: str, ids: Sequence[str], vectors: np.ndarray, model: str
+    index_dir: str | os.PathLike[str], kind: str, ids: Sequence[str], vectors: np.ndarray, model: str,
+    params: IndexParams | None = None,
 ) -> Path:
     """Write `<index_dir>/<kind>.faiss` and `<kind>.meta.json`; returns the .faiss path.
 
     `vectors` is (len(ids), dim) and must already be L2-normalised (an `Embedder`'s output):
     a vector that is not is refused rather than silently rescaled, since it usually means
-    rows from another model or a corrupt table.
+    rows from another model or a corrupt table. `params` chooses the index type (default: exact).
     """
     index_dir = Path(index_dir)
     faiss_path, meta_path = _paths(index_dir, kind)
@@ -73,14 +77,18 @@ def write_index(
     if len(ids):
         if not np.all(np.isfinite(vecs)):
             raise ValueError("vectors contain NaN or infinity")
-        norms = np.linalg.norm(vecs, axis=1)
-        bad = np.flatnonzero(np.abs(norms - 1.0) > _NORM_TOLERANCE)
-        if bad.size:
-            raise ValueError(f"vectors must be L2-normalised; row {bad[0]} ({ids[bad[0]]!r}) has norm {norms[bad[0]]:.4f}")
+        for start in range(0, len(ids), 65_536):  # in blocks: no full-size temporary at millions of rows
+            norms = np.linalg.norm(vecs[start : start + 65_536], axis=1)
+            bad = np.flatnonzero(np.abs(norms - 1.0) > _NORM_TOLERANCE)
+            if bad.size:
+                row = start + int(bad[0])
+                raise ValueError(f"vectors must be L2-normalised; row {row} ({ids[row]!r}) has norm "
+                                 f"{norms[bad[0]]:.4f}")
 
-    index = faiss.IndexFlatIP(vecs.shape[1])
-    index.add(vecs)
-    meta = {"kind": kind, "model": model, "dim": int(vecs.shape[1]), "count": len(ids), "ids": ids}
+    index, info, sample = build_index(vecs, params or IndexParams())
+    if sample.size:
+        info["recall_sample_ids"] = [ids[r] for r in sample]
+    meta = {"kind": kind, "model": model, "dim": int(vecs.shape[1]), "count": len(ids), "ids": ids, "index": info}
     index_dir.mkdir(parents=True, exist_ok=True)
     # Vectors first, then the meta that describes them. Each file is replaced atomically;
     # a reader racing the pair can still see a new .faiss with the old meta for a moment,
@@ -106,7 +114,7 @@ def available_kinds(index_dir: str | os.PathLike[str]) -> list[str]:
 class VectorIndex:
     """One loaded kind: exact cosine top-k over its rows, answered with row ids."""
 
-    def __init__(self, kind: str, index: faiss.Index, ids: list[str], model: str):
+    def __init__(self, kind: str, index: faiss.Index, ids: list[str], model: str, info: dict | None = None):
         if index.ntotal != len(ids):
             raise ValueError(f"{kind}: index has {index.ntotal} rows but {len(ids)} ids")
         self.kind = kind
@@ -114,6 +122,10 @@ class VectorIndex:
         self._ids = ids
         self.model = model
         self.dim = int(index.d)
+        # What the embed stage built and measured (type, params, recall_at_10); files written
+        # before the index was recorded are exact.
+        self.info = dict(info or {"type": "flat", "params": {}, "recall_at_10": 1.0})
+        apply_search_params(index, self.info.get("params") or {})
         self._rows: dict[str, int] | None = None  # id -> row, built by the first `vectors` call
 
     @classmethod
@@ -132,7 +144,7 @@ class VectorIndex:
                 f"{faiss_path} ({index.ntotal} x {index.d}) does not match {meta_path.name} "
                 f"({meta['count']} x {meta['dim']}); rebuild with `corpusgraph index`"
             )
-        return cls(kind, index, list(meta["ids"]), str(meta["model"]))
+        return cls(kind, index, list(meta["ids"]), str(meta["model"]), meta.get("index"))
 
     @property
     def ids(self) -> list[str]:
@@ -142,7 +154,8 @@ class VectorIndex:
         return len(self._ids)
 
     def __repr__(self) -> str:
-        return f"VectorIndex(kind={self.kind!r}, model={self.model!r}, dim={self.dim}, count={len(self)})"
+        return (f"VectorIndex(kind={self.kind!r}, model={self.model!r}, dim={self.dim}, count={len(self)}, "
+                f"type={self.info.get('type')!r})")
 
     def vectors(self, ids: Sequence[str]) -> np.ndarray:
         """The stored (normalised) vectors of `ids`, one row each; KeyError for an unknown id."""
@@ -169,6 +182,8 @@ class VectorIndex:
         q = np.ascontiguousarray(query_vectors, dtype=np.float32)
         if q.ndim == 1:
             q = q[None, :]
+        if q.ndim == 2 and len(self) == 0:  # an empty kind: its recorded dim may be a placeholder
+            return [[] for _ in range(q.shape[0])]
         if q.ndim != 2 or q.shape[1] != self.dim:
             raise ValueError(f"query vectors must be (n, {self.dim}), got shape {q.shape}")
         if q.shape[0] == 0 or len(self) == 0:
