@@ -387,8 +387,23 @@ class QuerySection(_Section):
                                               "with the settings chosen on the other half.")
     retrieval_entity_bridge_min_score: float = Field(0.3, ge=-1, le=1, description="Entity bridge: the passage's "
                                                      "cosine with the question must reach this (MiniLM scale).")
-    retrieval_entity_bridge_max_passages: int = Field(50, ge=1, description="Entity bridge: entities found in more "
-                                                      "passages than this are not followed (a hub links everything).")
+    retrieval_entity_bridge_max_passages: int | None = Field(None, ge=1, description="Entity bridge: entities found "
+                                                             "in more passages than this are not followed (a hub links "
+                                                             "everything); empty: the square root of the index's "
+                                                             "passages, so the limit follows the corpus.")
+    retrieval_seed_support: bool = Field(True, description="Entity seeds get restart mass as far as the passages "
+                                         "they occur in score well on the question (mean passage score over the "
+                                         "entity's passages): hubs give way to the passage scores, specific entities "
+                                         "keep the walk's weight (query/adaptive.py).")
+    retrieval_seed_support_scale: float = Field(1.25, gt=0, description="A seed's support is min(1, this x the mean "
+                                                "passage score over the passages it occurs in).")
+    retrieval_keep_dense: int = Field(5, ge=0, le=50, description="The dense guarantee: this many best passages by "
+                                      "the passage score (dense + BM25) keep their places against the walk unless "
+                                      "the walk's choice has more evidence by the margin (0: off).")
+    retrieval_keep_dense_margin: float = Field(2.0, ge=0, description="The dense guarantee's margin: a walk choice "
+                                               "pushes a protected passage down only with at least (1 + this x (1 - "
+                                               "trust)) times its walk score; trust is the seeds' mean support (0 for "
+                                               "hubs, 1 for well supported entities).")
 
 
 class ServeKey(_Section):

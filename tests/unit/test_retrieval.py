@@ -67,11 +67,17 @@ def test_multi_hop_question_reaches_the_second_hop_passage(store):
     entity can reach it, and a passage with no entity (u6) stays unreached."""
     question = "Which treaty did the founder of the Lumen Guild sign?"
     qv = fake_embed([question])[0]
-    graph_only = dict(retriever_for(store).rank(question, qv, RetrievalWeights(passage_weight=0.0), 10))
+    graph_only = dict(retriever_for(store).rank(
+        question, qv, RetrievalWeights(passage_weight=0.0, seed_support=False, keep_dense=0), 10))
     assert "u5" in graph_only and "u6" not in graph_only
     assert max(graph_only, key=graph_only.get) in {"u1", "u2", "u4", "u7"}  # the guild's own passages lead
     ranked = rank_units(store, question, qv, RetrievalWeights(), 5)
-    assert ranked[0] == "u1" and "u5" in ranked  # founder passage first; the treaty passage follows
+    # With the defaults, the dense guarantee keeps the best passage by the passage score first
+    # (the walk's founder passage is not ahead of it by the margin); the founder passage and the
+    # treaty passage the walk reached through her are in the context too.
+    scores = retriever_for(store).passage_scores(question, qv, RetrievalWeights())
+    assert ranked[0] == retriever_for(store).unit_ids[max(scores, key=scores.get)]
+    assert "u1" in ranked and "u5" in ranked
     assert "u9" not in ranked  # its document is deleted
 
 
@@ -159,7 +165,7 @@ def test_large_graphs_rank_through_the_bounded_walk(store):
     question = "Which treaty did the founder of the Lumen Guild sign?"
     qv = fake_embed([question])[0]
     n = retriever_for(store).n
-    w = RetrievalWeights(passage_weight=0.0, max_walk_nodes=n - 1, walk_hops=3)
+    w = RetrievalWeights(passage_weight=0.0, seed_support=False, keep_dense=0, max_walk_nodes=n - 1, walk_hops=3)
     ranked = dict(retriever_for(store).rank(question, qv, w, 10))
     assert "u5" in ranked and "u6" not in ranked
 
@@ -312,7 +318,7 @@ def test_entity_bridge_follows_a_stated_entity_to_the_passage_the_question_needs
     named = {r.entity_index["signmark"]}
     ranked = [("uS", 0.9), ("uE", 0.5), ("uX", 0.4)]
     one = RetrievalWeights(entity_bridge_from=1)
-    # Finland leads to uM; Signmark (named by the question), the hub (61 passages > 50) and uS's
+    # Finland leads to uM; Signmark (named by the question), the hub (61 passages > sqrt(67)) and uS's
     # own document are not followed, though uQ, uH and uS2 score higher.
     assert r.entity_bridge(ranked, q, one, named) == [("uS", 0.9), ("uM", 0.9), ("uE", 0.5), ("uX", 0.4)]
     # Each exclusion matters: without it, the passage it kept out wins.
@@ -340,3 +346,43 @@ def test_rank_hands_the_entities_the_question_names_to_the_entity_bridge():
     ranked = [u for u, _ in r.rank(question, np.array([0.6, 0.8, 0.0], dtype=np.float32), RetrievalWeights(), 10)]
     assert seen == [{r.entity_index["signmark"]}]
     assert len(ranked) == len(set(ranked))  # no passage twice
+
+
+def _hub_store():
+    """Chat-log shape: 'lihua' is in all 40 passages; 'party' (its vector nearest the question,
+    so a vector seed) is in p1..p4, none of which the passage scores favour; uT is the passage
+    the question is about and names no specific entity."""
+    from types import SimpleNamespace
+
+    q_dir = [1.0, 0.0, 0.0]
+    units_vec = {"uT": [0.95, 0.312, 0.0]}
+    units_vec.update({f"p{i}": [0.3, 0.0, 0.954] for i in range(1, 5)})
+    units_vec.update({f"f{i}": [0.0, 0.3, 0.954] for i in range(35)})
+    entity_vec = {"lihua": [0.0, 1.0, 0.0], "party": q_dir}
+    units = {u: {"doc_id": "d" + u, "text": ""} for u in units_vec}
+    docs = {row["doc_id"]: {"title": ""} for row in units.values()}
+    entities = {"lihua": {"unit_ids": sorted(units)}, "party": {"unit_ids": [f"p{i}" for i in range(1, 5)]}}
+    return SimpleNamespace(units=units, docs=docs, entities=entities, relationships={}, names={},
+                           vectors=lambda kind: _ExactVectors(units_vec if kind == "text_unit" else entity_vec),
+                           match_names=lambda question: ["lihua"])
+
+
+def test_hub_seeds_give_way_to_the_passage_scores_and_the_best_passage_is_kept():
+    from corpusgraph.query.retrieval import GraphRetriever
+
+    r = GraphRetriever(_hub_store())
+    q = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    question = "What did Li Hua say about the party?"
+    old = RetrievalWeights(seed_support=False, keep_dense=0, entity_bridge_from=0)
+    # A fixed entity share: the vector seed's four passages take the first places.
+    assert [u for u, _ in r.rank(question, q, old, 5)][0] != "uT"
+    # Seed support alone: neither seed is supported by the passage scores (the hub's passages
+    # are mostly fillers, the party's score low), so the passage scores decide.
+    support_only = RetrievalWeights(keep_dense=0, entity_bridge_from=0)
+    assert [u for u, _ in r.rank(question, q, support_only, 5)][0] == "uT"
+    # The guarantee's margin is scaled by (1 - trust), trust being the seeds' support: with
+    # seed support off the walk is fully trusted and the guarantee moves nothing.
+    guard_only = RetrievalWeights(seed_support=False, entity_bridge_from=0)
+    assert r.rank(question, q, guard_only, 5) == r.rank(question, q, old, 5)
+    # The defaults: uT first.
+    assert [u for u, _ in r.rank(question, q, RetrievalWeights(), 5)][0] == "uT"

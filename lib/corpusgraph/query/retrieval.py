@@ -49,6 +49,7 @@ from typing import Sequence
 
 import numpy as np
 
+from corpusgraph.query.adaptive import entity_share, keep_dense, seed_support
 from corpusgraph.query.store import IndexStore, normalise_name
 from corpusgraph.stages.extract_fast import clean_name
 
@@ -80,7 +81,6 @@ class RetrievalWeights:
     entity_seeds: int = 5  # nearest entity vectors used as seeds (0: only entities the question names)
     entity_seed_ratio: float = 0.9  # a vector seed must score at least this share of the best one
     iterations: int = 30
-    passage_mix: float = 0.0  # final score: (1 - mix) * PPR + mix * hybrid passage score, each max-scaled
     max_walk_nodes: int = 50_000  # graphs up to this size are walked whole; larger ones near the restart nodes
     walk_hops: int = 3  # how far the neighbourhood of the restart nodes reaches on large graphs
     bridge_from: int = 2  # top passages whose title mentions are followed (0: no bridge step)
@@ -90,7 +90,11 @@ class RetrievalWeights:
     title_min_score: float = 0.2  # that passage's cosine with the question must reach this
     entity_bridge_from: int = 2  # top passages followed through the entities they share (0: off)
     entity_bridge_min_score: float = 0.3  # an entity-bridged passage's cosine with the question must reach this
-    entity_bridge_max_passages: int = 50  # entities in more passages than this are not followed
+    entity_bridge_max_passages: int | None = None  # entities in more passages are not followed (None: sqrt(passages))
+    seed_support: bool = True  # entity restart share scaled by how well the seeds' passages score (query/adaptive.py)
+    seed_support_scale: float = 1.25  # a seed's support: min(1, this x mean passage score over its passages)
+    keep_dense: int = 5  # best passages by the passage score that keep their places against the walk (0: off)
+    keep_dense_margin: float = 2.0  # ... unless the walk's choice has (1 + this x (1 - trust)) times their evidence
 
 
 def weights_from(section) -> RetrievalWeights:
@@ -106,6 +110,9 @@ def weights_from(section) -> RetrievalWeights:
         entity_bridge_from=section.retrieval_entity_bridge_from,
         entity_bridge_min_score=section.retrieval_entity_bridge_min_score,
         entity_bridge_max_passages=section.retrieval_entity_bridge_max_passages,
+        seed_support=section.retrieval_seed_support, seed_support_scale=section.retrieval_seed_support_scale,
+        keep_dense=section.retrieval_keep_dense,
+        keep_dense_margin=section.retrieval_keep_dense_margin,
     )
 
 
@@ -234,6 +241,8 @@ class GraphRetriever:
         self.indptr = np.zeros(self.n + 1, dtype=np.int64)
         np.cumsum(np.bincount(self.src, minlength=self.n), out=self.indptr[1:])
         self.out_w = np.bincount(self.src, weights=self.weight, minlength=self.n)
+        # Above this many passages an entity is a hub for the entity bridge (unless configured).
+        self.hub_passages = math.sqrt(max(len(self.unit_ids), 1))
         self.bm25 = Bm25([self._unit_text(u) for u in self.unit_ids])
         # Bridge step: the documents by title, and each document's units.
         # Titles are looked up as whole word runs: by first word, the run lengths to try, then
@@ -338,7 +347,8 @@ class GraphRetriever:
         states rather than a title it names (Signmark's passage says Finland; the currency
         question needs the Finnish markka's passage, which mentions Finland). Entities the
         question names (`named`, entity indexes) are not followed, nor entities in more than
-        `entity_bridge_max_passages` passages (a hub links everything). The choice is the title
+        `entity_bridge_max_passages` passages (a hub links everything; by default the square
+        root of the number of passages, so the limit grows with the corpus). The choice is the title
         bridge's (cosine with the question less `bridge_novelty` times the cosine with the
         passage before), with its own floor `entity_bridge_min_score`: an entity link is weaker
         evidence than a title. Bridged passages go after the passages they came from, with
@@ -351,13 +361,14 @@ class GraphRetriever:
         q = np.asarray(question_vector, dtype=np.float32).reshape(-1)
         head = ranked[:k]
         taken = {u for u, _ in head}
+        hub = self.hub_passages if w.entity_bridge_max_passages is None else w.entity_bridge_max_passages
         extra: list[tuple[str, float]] = []
         for unit_id, score in head:
             node = n_ent + self.unit_index[unit_id]
             own_doc = self.store.units[unit_id]["doc_id"]
             found: set[int] = set()
             for e in self.csr_dst[self.indptr[node]: self.indptr[node + 1]]:
-                if e < n_ent and e not in named and self.passages_of[e] <= w.entity_bridge_max_passages:
+                if e < n_ent and e not in named and self.passages_of[e] <= hub:
                     linked = self.csr_dst[self.indptr[e]: self.indptr[e + 1]]
                     found.update((linked[linked >= n_ent] - n_ent).tolist())
             cands = [u for u in (self.unit_ids[i] for i in sorted(found))
@@ -421,12 +432,21 @@ class GraphRetriever:
         named_entities = self.named_entities(question)
         seeds = self.entity_seeds(question, question_vector, w, named_entities)
         reset = np.zeros(self.n)
+        if seeds and passages and w.seed_support:
+            score = np.zeros(len(self.unit_ids))
+            score[list(passages)] = list(passages.values())
+            support = seed_support({i: self.passages_of_entity(i) for i in seeds}, score, w.seed_support_scale)
+            ent_share = entity_share(seeds, support, w.passage_weight)
+            trust = ent_share / (1 - w.passage_weight) if w.passage_weight < 1 else 0.0
+        else:
+            ent_share = (1 - w.passage_weight) if passages else 1.0
+            trust = 1.0 if seeds else 0.0
         if seeds:
             ent_total = sum(seeds.values())
             for i, s in seeds.items():
-                reset[i] = (1 - w.passage_weight) * s / ent_total
+                reset[i] = ent_share * s / ent_total
         if passages:
-            share = w.passage_weight if seeds else 1.0
+            share = 1.0 - ent_share if seeds else 1.0
             p_total = sum(passages.values()) or 1.0
             for i, s in passages.items():
                 reset[n_ent + i] += share * s / p_total
@@ -437,13 +457,15 @@ class GraphRetriever:
         else:
             scores = self.neighbourhood_pagerank(reset, w)
         unit_scores = scores[n_ent:]
-        if w.passage_mix > 0 and passages:
-            direct = np.zeros(len(self.unit_ids))
-            direct[list(passages)] = list(passages.values())
-            top = unit_scores.max()
-            unit_scores = (1 - w.passage_mix) * (unit_scores / top if top > 0 else unit_scores) + w.passage_mix * direct
         order = np.argsort(-unit_scores, kind="stable")[:limit]
         ranked = [(self.unit_ids[i], float(unit_scores[i])) for i in order if unit_scores[i] > 0]
+        if w.keep_dense > 0 and passages:
+            # The dense guarantee against the walk; a walk on poorly supported seeds (trust near
+            # 0) needs the whole margin to move a protected passage, a well supported one less.
+            best = sorted(passages, key=lambda i: (-passages[i], i))[: w.keep_dense]
+            dense = [self.unit_ids[i] for i in best]
+            evidence = {u: float(unit_scores[self.unit_index[u]]) for u in dense}
+            ranked = keep_dense(ranked, dense, evidence, w.keep_dense, w.keep_dense_margin * (1.0 - trust))
         named_units = self.named_passages(question, question_vector, w)
         if named_units:
             # Named documents first, with the top walk score; the walk's order after them.
@@ -451,8 +473,13 @@ class GraphRetriever:
             first = {u: top for u in named_units}
             ranked = list(first.items()) + [(u, score) for u, score in ranked if u not in first]
         ranked = self.bridge(ranked, question_vector, w)
-        return self.entity_bridge(ranked, question_vector, w, named_entities)[:limit]
+        ranked = self.entity_bridge(ranked, question_vector, w, named_entities)
+        return ranked[:limit]
 
+    def passages_of_entity(self, e: int) -> np.ndarray:
+        """Unit indexes (into `unit_ids`) of the passages entity `e` is linked to."""
+        linked = self.csr_dst[self.indptr[e]: self.indptr[e + 1]]
+        return linked[linked >= len(self.entity_ids)] - len(self.entity_ids)
 
     def _out_positions(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions in the CSR arrays of every out-edge of `nodes`, and each one's out-degree."""

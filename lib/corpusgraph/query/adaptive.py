@@ -1,0 +1,81 @@
+"""What makes local ranking adapt to the corpus it runs on: seed support and the dense guarantee.
+
+Two rules, both computed per question from the index itself, with no per-corpus setting:
+
+- **Seed support.** An entity seed is evidence about which passages matter only as far as the
+  passages it occurs in agree with the question's own passage scores. A seed's support is the
+  mean hybrid passage score (dense + BM25, in [0, 1], 0 outside the candidates) over every
+  passage the entity occurs in. A hub (the one person in every chat log, the company in every
+  ticket) occurs in hundreds of passages of which a handful are candidates: its support is near
+  0. A named film whose one paragraph is the question's best passage has support near 1. The
+  restart mass put on entities is then `(1 - passage_weight)` times the seeds' mean support
+  (weighted as the seeds are), and the passages get the rest: on a corpus whose entities are
+  specific (encyclopaedia pages) the walk keeps the weight it had; where they are hubs, the
+  walk gives way to the passage scores instead of spreading mass through the hubs.
+- **The dense guarantee.** The `keep` best passages by the hybrid passage score keep their
+  places, in that order, unless the graph's choice for a place has at least `1 + margin` times
+  the evidence of the passage it would push down (evidence: the passage's score in the graph
+  ranking, the walk's score, or for a passage a title or entity bridge brought in, the score it
+  took from the passage that led to it). Where the graph adds nothing, local ranking therefore
+  degrades to the passage ranking (which holds basic search's dense order fused with BM25),
+  never far below it; where the graph's evidence is strong, it wins the place.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["seed_support", "entity_share", "keep_dense"]
+
+
+def seed_support(seed_passages: Mapping[int, np.ndarray], passage_score: np.ndarray,
+                 scale: float = 1.0) -> dict[int, float]:
+    """Seed -> min(1, `scale` x the mean of `passage_score` over the passages (indexes into it)
+    the seed occurs in); 0 for a seed that occurs in none."""
+    return {s: min(1.0, scale * float(passage_score[p].mean())) if len(p) else 0.0
+            for s, p in seed_passages.items()}
+
+
+def entity_share(seeds: Mapping[int, float], support: Mapping[int, float], passage_weight: float) -> float:
+    """Share of the restart mass put on the entity seeds: `1 - passage_weight` times their mean
+    support, each seed weighted by its seed weight. 0 without seeds."""
+    total = sum(seeds.values())
+    if total <= 0:
+        return 0.0
+    mean = sum(w * support.get(s, 0.0) for s, w in seeds.items()) / total
+    return (1.0 - passage_weight) * min(max(mean, 0.0), 1.0)
+
+
+def keep_dense(ranked: Sequence[tuple[str, float]], dense: Sequence[str], evidence: Mapping[str, float],
+               keep: int, margin: float) -> list[tuple[str, float]]:
+    """The graph ranking `ranked` ((id, score), best first) merged with the first `keep` of
+    `dense` (ids, best first) so that each of those keeps its place unless the graph's candidate
+    for the place has at least `1 + margin` times its evidence (`evidence`: id -> score, missing
+    ids 0; a graph candidate's own evidence is its score in `ranked`). Every id of `ranked` is
+    kept, each once; protected ids the graph ranking lacks come in with score 0."""
+    if keep <= 0 or not dense:
+        return list(ranked)
+    protected = list(dict.fromkeys(dense))[:keep]
+    score = dict(ranked)
+    graph = [u for u, _ in ranked]
+    out: list[str] = []
+    taken: set[str] = set()
+    gi = di = 0
+    while gi < len(graph) or di < len(protected):
+        while gi < len(graph) and graph[gi] in taken:
+            gi += 1
+        while di < len(protected) and protected[di] in taken:
+            di += 1
+        g = graph[gi] if gi < len(graph) else None
+        d = protected[di] if di < len(protected) else None
+        if d is None and g is None:
+            break
+        if d is None or (g is not None and (g == d or score[g] >= (1.0 + margin) * evidence.get(d, 0.0))):
+            pick = g
+        else:
+            pick = d
+        out.append(pick)
+        taken.add(pick)
+    return [(u, score.get(u, 0.0)) for u in out]
