@@ -349,8 +349,10 @@ class QuerySection(_Section):
     # passages, restarted at the question's entities and at its best passages.
     retrieval_damping: float = Field(0.5, gt=0, lt=1, description="PPR: probability of following an edge "
                                      "rather than restarting (HippoRAG uses 0.5).")
-    retrieval_passage_weight: float = Field(0.2, ge=0, le=1, description="Share of the restart mass on passages "
-                                            "(by their dense+BM25 score); the rest goes to the question's entities.")
+    retrieval_passage_weight: float = Field(0.2, ge=0, le=1, description="Least share of the restart mass on "
+                                            "passages (by their dense+BM25 score); the rest goes to the question's "
+                                            "entities as far as their seed support reaches, and back to the passages "
+                                            "where it does not.")
     retrieval_dense_weight: float = Field(0.5, ge=0, le=1, description="Passage score: dense cosine vs BM25 "
                                           "(1 = dense only, 0 = BM25 only).")
     retrieval_candidates: int = Field(50, ge=1, le=1000, description="Passages taken from each of the dense and "

@@ -10,8 +10,8 @@ mass on two kinds of nodes:
   more than one found in three hundred);
 - passages, by a hybrid passage score: dense cosine (the text-unit FAISS index) fused with
   BM25 over the unit text and its document title, both min-max scaled over their candidates.
-  Passage restart mass is `passage_weight` of the total, so passages steer the walk without
-  drowning the entity seeds.
+  Passage restart mass is at least `passage_weight` of the total (more where the entity seeds
+  are poorly supported, see below), so passages steer the walk.
 
 A unit is also linked to the entity named by its document's title (Wikipedia-style texts say
 "it" where the title is meant). Personalised PageRank over that graph (sparse power iteration in numpy) then scores every
@@ -24,9 +24,14 @@ spreads a passage's mass over every entity it names, so the one document the que
 next rarely made the top five); and after the top `entity_bridge_from` passages come, for each,
 the best passage sharing a not-too-common entity with it that the question does not name (the
 hop through an answer: Signmark's passage says Finland, the currency question needs the markka's
-passage). Recall@5 / @2 on the dev sets: hotpotqa100 0.819 / 0.525 -> 0.938 / 0.806,
-musique100 0.701 / 0.422 -> 0.777 / 0.494; with the entity bridge's settings chosen on one half
-of the questions and scored on the other, 0.937 and 0.760 at @5 (tests/benchmarks/test_retrieval.py).
+passage).
+
+How much the walk counts is decided per question from the index (query/adaptive.py): entity
+seeds get restart mass as far as the passages they occur in score well on the question (seed
+support; hubs, such as the one person in every chat log, give way to the passage scores), and
+the best passages by the passage score keep their places against the walk unless its choice is
+stronger by a margin that shrinks as the seeds' support grows (the dense guarantee). Measured
+recall on the dev sets, with the ablation of each step: tests/benchmarks/results/retrieval.json.
 
 `GraphRetriever` builds the arrays once per `IndexStore` (`retriever_for` caches it); a query
 costs a handful of sparse products over the edge list. Above `max_walk_nodes` nodes the walk runs
