@@ -88,8 +88,8 @@ class ProcessSampler(threading.Thread):
 class StageLog(io.TextIOBase):
     """RunContext's log stream: echoes to stderr and tells the sampler which stage runs."""
 
-    def __init__(self, sampler: ProcessSampler, echo=sys.stderr):
-        self.sampler, self.echo = sampler, echo
+    def __init__(self, sampler: ProcessSampler, echo=sys.stderr, on_stage_done=None):
+        self.sampler, self.echo, self.on_stage_done = sampler, echo, on_stage_done
         self.lines: list[str] = []
 
     def write(self, s: str) -> int:
@@ -98,6 +98,13 @@ class StageLog(io.TextIOBase):
             self.sampler.stage = m.group(1)
         self.lines.append(s)
         self.echo.write(s)
+        # The pipeline logs "done in" after it stored the stage's result: a partial record can be
+        # written then, so a run stopped later still leaves the stages it finished.
+        if self.on_stage_done is not None and "  done in " in s:
+            try:
+                self.on_stage_done()
+            except Exception as exc:  # a failed partial record must not stop the run it measures
+                self.echo.write(f"[scale benchmark] partial record not written: {exc!r}\n")
         return len(s)
 
     def flush(self) -> None:
@@ -138,8 +145,13 @@ def resolution_pairs(spark, wh, truth_dir) -> dict:
     tp = pairs(df.groupby(["entity_id", "gold"]).size())
     predicted = pairs(df.groupby("entity_id").size())
     true = pairs(df.groupby("gold").size())
+    # The baseline: one entity per normalised name (resolve.method exact, in its Python twin).
+    df = df.assign(exact=df["name"].map({n: normalised(n) for n in names}))
+    tp_x, pred_x = pairs(df.groupby(["exact", "gold"]).size()), pairs(df.groupby("exact").size())
     return {"mentions": int(len(df)), "mentions_not_in_world": unknown, "mentions_without_alias": unaliased,
             "gold_entities": int(df["gold"].nunique()), "predicted_entities": int(df["entity_id"].nunique()),
             "precision": round(tp / predicted, 4) if predicted else 1.0,
             "recall": round(tp / true, 4) if true else 1.0,
+            "exact_name_precision": round(tp_x / pred_x, 4) if pred_x else 1.0,
+            "exact_name_recall": round(tp_x / true, 4) if true else 1.0,
             "true_pairs": true, "predicted_pairs": predicted, "seconds": round(time.perf_counter() - t0, 1)}

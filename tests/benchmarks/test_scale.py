@@ -136,28 +136,39 @@ def measure_size(n: int, stages: list[str]) -> dict:
     server_args = ["--chat-latency-s", os.environ.get(ENV + "CHAT_LATENCY_S", "0"), "--chat-slots", "64",
                    "--dim", "64", "--adjudicate", "oracle"]
     load_before = os.getloadavg()
+    info = {"documents": n, "seed": SEED, "manifest": manifest, "gen_s": gen_s, "load_before": load_before}
     with scale_server.running(corpus / "truth", *server_args) as server:
         cfg, with_embed = config_for(n, corpus, run_dir, server.base_url)
         chosen = [s for s in stages if s != "embed" or with_embed]
+        info["not_run_reason"] = None if with_embed or "embed" not in stages else \
+            "embed: the product has no OpenAI-compatible embedding backend yet (embedding section without 'backend')"
         spark = start_spark(cfg, run_dir)
         sampler = ProcessSampler(server_pid=server.proc.pid)
         sampler.start()
         try:
-            ctx = RunContext(cfg, spark, out=StageLog(sampler))
+            ctx = RunContext(cfg, spark)
+            ctx.out = StageLog(sampler, on_stage_done=lambda: write_results(
+                entry_from(info, stages, ctx.results, sampler, finished=False)))
             t_run = time.perf_counter()
             results = run_index(ctx, chosen)
-            total_s = time.perf_counter() - t_run
+            info["total_s"] = time.perf_counter() - t_run
             sampler.stage = "after"
-            counts = table_counts(ctx)
-            resolution = resolution_pairs(spark, ctx.wh, corpus / "truth") if "resolve" in results else None
-            served = server.get_json("/stats")
+            info["counts"] = table_counts(ctx)
+            info["resolution"] = resolution_pairs(spark, ctx.wh, corpus / "truth") if "resolve" in results else None
+            info["served"] = server.get_json("/stats")
         finally:
             sampler.stop()
             spark.stop()
             ray.shutdown()
-    load_after = os.getloadavg()
+    return entry_from(info, stages, results, sampler, finished=True)
+
+
+def entry_from(info: dict, stages: list[str], results: dict, sampler: ProcessSampler, finished: bool) -> dict:
+    """The results entry of one size, from the stage results so far (finished=False: a partial
+    record written after each stage, without the table counts and resolution of the end)."""
+    n, manifest, counts = info["documents"], info["manifest"], info.get("counts") or {}
     stages_out = {}
-    for name, r in results.items():
+    for name, r in list(results.items()):
         rin, rout = rows_in_out(name, r.rows, counts, manifest)
         peaks = sampler.peaks.get(name, {})
         collected = r.rows.get("driver_collected_bytes", getattr(r, "driver_collected_bytes", None))
@@ -173,15 +184,18 @@ def measure_size(n: int, stages: list[str]) -> dict:
             "llm_errors": u.errors if u else 0, "seconds_per_1k_docs": round(r.seconds / n * 1000, 3),
             "rows": r.rows,
         }
-    return {"documents": n, "seed": SEED, "stages": stages_out, "total_seconds": round(total_s, 1),
+    load_now = os.getloadavg()
+    return {"documents": n, "seed": SEED, "finished": finished, "stages": stages_out,
+            "total_seconds": round(info["total_s"], 1) if finished else None,
             "not_run": [s for s in stages if s not in results],
-            "not_run_reason": None if with_embed or "embed" not in stages else
-            "embed: the product has no OpenAI-compatible embedding backend yet (embedding section without 'backend')",
-            "tables": counts, "resolution": resolution, "server_served": served,
+            "not_run_reason": info.get("not_run_reason") if finished else
+            "partial record, written after the last stage listed; the run had not finished then",
+            "tables": counts or None, "resolution": info.get("resolution"), "server_served": info.get("served"),
             "corpus": {k: manifest[k] for k in ("entities", "relationships", "totals", "domains")},
-            "generator_seconds": round(gen_s, 1), "generator_reused": gen_s < 0.5 * manifest["seconds"]["total"],
-            "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in load_after],
-            "memory_samples": sampler.samples}
+            "generator_seconds": round(info["gen_s"], 1),
+            "generator_reused": info["gen_s"] < 0.5 * manifest["seconds"]["total"],
+            "loadavg_before": [round(x, 2) for x in info["load_before"]],
+            "loadavg_after": [round(x, 2) for x in load_now], "memory_samples": sampler.samples}
 
 
 def linearity(sizes: list[dict]) -> dict:
