@@ -81,7 +81,7 @@ def _embed_pending(ctx: RunContext, pending) -> tuple[int, StageResult]:
     cols = [f.name for f in spark_schema("embeddings").fields]
     ctx.wh.merge("embeddings", out.where(F.col("error").isNull()).select(*cols))
     as_int = lambda c: F.sum(F.col(c).cast("long"))  # noqa: E731
-    stats = out.agg(as_int("emb_request").alias("requests"), as_int("emb_failed_request").alias("failed_requests"),
+    stats = out.agg(as_int("emb_calls").alias("requests"), as_int("emb_failed_request").alias("failed_requests"),
                     F.sum("emb_tokens").alias("tokens"), as_int("emb_cached").alias("cached"),
                     F.sum(F.col("error").isNotNull().cast("long")).alias("failed"),
                     F.first("error", ignorenulls=True).alias("first_error")).first()

@@ -196,7 +196,7 @@ def usage_from_outputs(path: str | Path, llm: LLMSection) -> tuple[Usage, pa.Tab
 # Bookkeeping columns of the embed task's output, besides the `embeddings` table's own: the error
 # that left an item without a vector (it stays pending for the next run), and what each HTTP
 # request cost, on the first row it carried.
-EMBED_META = [("error", pa.string()), ("emb_request", pa.bool_()), ("emb_failed_request", pa.bool_()),
+EMBED_META = [("error", pa.string()), ("emb_calls", pa.int64()), ("emb_failed_request", pa.bool_()),
               ("emb_tokens", pa.int64()), ("emb_cached", pa.bool_())]
 
 
@@ -215,7 +215,7 @@ class _EmbedWorker:
         texts = batch.column("text").to_pylist()
         n = len(texts)
         errors: list = [None] * n
-        first = [False] * n
+        calls = [0] * n
         failed = [False] * n
         tokens = [0] * n
         cached = [False] * n
@@ -226,10 +226,10 @@ class _EmbedWorker:
             seen: set[int] = set()
             for i, r in enumerate(out.request_of):
                 if r < 0:
-                    cached[i] = True
+                    cached[i] = errors[i] is None  # else a blank text, never sent
                 elif r not in seen:
                     seen.add(r)
-                    first[i], failed[i], tokens[i] = True, out.request_failed[r], out.request_tokens[r]
+                    calls[i], failed[i], tokens[i] = out.request_calls[r], out.request_failed[r], out.request_tokens[r]
         else:  # the bundled model computes here; keep the actor's loop free meanwhile
             vecs = await asyncio.to_thread(self.embedder.embed, texts)
         vecs = np.ascontiguousarray(vecs, dtype=np.float32)
@@ -242,7 +242,7 @@ class _EmbedWorker:
             "kind": batch.column("kind"), "id": batch.column("id"),
             "model": pa.array([self.model] * n, pa.string()),
             "text_hash": batch.column("text_hash"), "vector": vector,
-            "error": pa.array(errors, pa.string()), "emb_request": pa.array(first, pa.bool_()),
+            "error": pa.array(errors, pa.string()), "emb_calls": pa.array(calls, pa.int64()),
             "emb_failed_request": pa.array(failed, pa.bool_()), "emb_tokens": pa.array(tokens, pa.int64()),
             "emb_cached": pa.array(cached, pa.bool_()),
         })
