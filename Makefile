@@ -9,7 +9,7 @@ STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 CONF ?= conf/local.yaml
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars test test-unit test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-graphrag-venv clean
+.PHONY: setup jars test test-unit test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-scale bench-graphrag-venv clean
 setup: $(STAMP) jars/.complete
 
 $(STAMP): pyproject.toml
@@ -63,6 +63,11 @@ bench: setup
 # tests/benchmarks/results/llm_capacity.json.
 bench-llm: setup
 	$(PYTEST) tests/benchmarks/test_llm_capacity.py -m slow -s
+
+# The whole index on a synthetic corpus with the scripted scale server (issue 13); writes
+# tests/benchmarks/results/scale.json. CORPUSGRAPH_BENCH_SCALE_SIZES=10000,100000 for more sizes.
+bench-scale: setup
+	$(PYTEST) tests/benchmarks/test_scale.py -m slow -s --timeout 10800
 
 # Microsoft graphrag for the side-by-side benchmarks, pinned in tests/benchmarks/graphrag_side.py,
 # in its own virtualenv under ~/.cache/corpusgraph-bench (never .venv); the benchmarks also build

@@ -145,7 +145,7 @@ class EmbeddingSection(_Section):
         "parameters and its measured recall@10 are recorded in <kind>.meta.json.")
     exact_max_vectors: int = Field(200_000, ge=0, description="auto: kinds with at most this many vectors get an "
                                    "exact index (FAISS flat 200k x 384: about 5 ms a query on 2 cores, STACK.md).")
-    ivf_nlist: int | None = Field(None, ge=1, description="IVF: inverted lists; null: 4 x sqrt(vectors), at most "
+    ivf_nlist: int | None = Field(None, ge=1, description="IVF: inverted lists; null: sqrt(vectors), at most "
                                   "one per 39 training vectors.")
     ivf_nprobe: int | None = Field(None, ge=1, description="IVF: lists searched per query; null: the smallest "
                                    "power of two whose measured recall@10 reaches ann_recall_target.")

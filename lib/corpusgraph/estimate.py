@@ -218,6 +218,9 @@ class Estimate:
     prices_as_of: str = ""
     gpu_hours: float = 0.0
     wall_s: float = 0.0
+    # Set when prompt tokens were counted on a sample of the units (estimate_sample.py): its
+    # size and the relative 95% bound of each scaled-up count; None when every unit was counted.
+    sampling: dict | None = None
 
     @property
     def llm_tokens_in(self) -> int:
@@ -302,8 +305,10 @@ def estimate_from_counts(counts: dict, rates: Rates, cfg: Config, *, documents: 
 
     items = units + entities + reports
     emb_tokens = min(counts["n_tokens"], units * cfg.embeddings.max_tokens) + entities * 30 + reports * 150
-    stages.append(StageEstimate("embed", math.ceil(items / cfg.embeddings.batch_size), round(emb_tokens), 0,
-                                f"{cfg.embeddings.model} batches; local, not priced", llm=False))
+    emb = cfg.embeddings
+    emb_basis = f"{emb.model} batches; local, not priced" if emb.backend == "bundled" else \
+        f"{emb.model} via /v1/embeddings, ${emb_tokens / 1000 * emb.usd_per_1k_tokens:,.2f} at embeddings.usd_per_1k_tokens"
+    stages.append(StageEstimate("embed", math.ceil(items / emb.batch_size), round(emb_tokens), 0, emb_basis, llm=False))
 
     est = Estimate(documents=documents, units=units, stages=stages, rates=rates, tokenizer=tokenizer,
                    prices_as_of=cfg.estimate.prices_as_of)
@@ -433,10 +438,13 @@ def estimate_warehouse(wh, cfg: Config) -> Estimate:
                                 tokenizer=" ".join(map(str, counter_spec(cfg)[:2])))
 
 
-def run_estimate(cfg: Config, spark, *, calibrate_n: int = 0, out_dir: str | Path | None = None) -> tuple[Estimate, Path]:
+def run_estimate(cfg: Config, spark, *, calibrate_n: int = 0, out_dir: str | Path | None = None,
+                 sample_units: int | None = None) -> tuple[Estimate, Path]:
     """The dry run: ingest + chunk into a scratch warehouse, count, (calibrate), price, record.
 
-    Returns the estimate and the folder holding estimate.json and the chart."""
+    sample_units: see estimate_sample.count_prompt_tokens (None: every unit up to 200k, a
+    sample with a stated bound above). Returns the estimate and the folder holding
+    estimate.json and the chart."""
     from datetime import datetime, timezone
 
     from pyspark.sql import Row
@@ -452,11 +460,14 @@ def run_estimate(cfg: Config, spark, *, calibrate_n: int = 0, out_dir: str | Pat
     sctx.run_id = ctx.run_id
     results = run_index(sctx, ["ingest", "chunk"])
     units = sctx.wh.read("text_units")
-    counts = count_units(units, cfg)
+    from .estimate_sample import count_prompt_tokens
+
+    counts, sampling = count_prompt_tokens(units, cfg, sample_units)
     rates = calibrate(cfg, spark, units, calibrate_n, work / "calibration") if calibrate_n > 0 else Rates.from_config(cfg)
     spec = counter_spec(cfg)
     est = estimate_from_counts(counts, rates, cfg, documents=results["ingest"].rows["documents"],
                                overhead=report_overhead(cfg), tokenizer=f"{spec[0]} {Path(spec[1]).name}")
+    est.sampling = sampling
     out = Path(out_dir).resolve() if out_dir else work
     out.mkdir(parents=True, exist_ok=True)
     (out / "estimate.json").write_text(json.dumps(est.to_dict(), indent=2, sort_keys=True))

@@ -24,6 +24,11 @@ def format_estimate(est: Estimate, cfg: Config) -> str:
     for s in est.stages:
         lines.append(f"{s.stage:<10}{s.calls:>9,}{s.tokens_in:>13,}{s.tokens_out:>12,}  {s.basis}")
     lines.append("-" * len(head))
+    if est.sampling:
+        sm, err = est.sampling, est.sampling["relative_error_95"]
+        lines.append(f"extract prompts tokenised for a sample of {sm['units_counted']:,} of {sm['units_total']:,} units "
+                     f"({sm['packs_counted']:,} of {sm['packs_total']:,} calls) and scaled up: 95% bound on extract "
+                     f"tokens in +/-{100 * err['tokens_in']:.2f}%; calls counted exactly (--sample-units 0: all)")
     lines.append(f"{'LLM total':<10}{est.llm_calls:>9,}{est.llm_tokens_in:>13,}{est.llm_tokens_out:>12,}")
     lines.append("")
     lines.append(f"dollars by model (prices as of {est.prices_as_of or 'unknown'}; edit estimate.prices in conf/base.yaml):")

@@ -29,6 +29,9 @@ class StageResult:
     usage: Usage | None = None  # None for stages that make no LLM call
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Bytes this stage brought into the driver process (collected rows, Parquet read back for
+    # accounting or for the FAISS build); small per-stage counts and aggregates are not counted.
+    driver_collected_bytes: int = 0
 
 
 class RunContext:
@@ -42,7 +45,13 @@ class RunContext:
         self.cache_dir = Path(cfg.storage.cache_dir).resolve()
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.results: dict[str, StageResult] = {}
+        self.collected_bytes = 0  # brought to the driver by the running stage (see note_collected)
         self._server = None
+
+    def note_collected(self, nbytes: int) -> None:
+        """Count bytes a step brought into the driver process; run_steps puts the stage's total
+        in StageResult.driver_collected_bytes."""
+        self.collected_bytes += int(nbytes)
 
     def handoff(self, stage: str, part: str) -> str:
         """A fresh folder for Spark <-> Ray exchange files of this run."""
@@ -107,7 +116,8 @@ def _record_run(ctx: RunContext, started: datetime, status: str) -> None:
 
     if status == "ok" and any(r.usage is not None and r.usage.errors for r in ctx.results.values()):
         status = "partial"
-    counts = {name: {**r.rows, "seconds": round(r.seconds, 2)} for name, r in ctx.results.items()}
+    counts = {name: {**r.rows, "seconds": round(r.seconds, 2), "driver_collected_bytes": r.driver_collected_bytes}
+              for name, r in ctx.results.items()}
     row = dict(run_id=ctx.run_id, kind=ctx.kind, config_hash=ctx.cfg.fingerprint(), started=started,
                finished=None if status == "running" else datetime.now(timezone.utc), status=status,
                stage_counts=json.dumps(counts, sort_keys=True))
@@ -148,8 +158,10 @@ def run_steps(ctx: RunContext, ordered: list[tuple[str, Callable[[RunContext], S
         for i, (name, step) in enumerate(ordered, start=1):
             ctx.log(f"stage {i}/{len(ordered)}: {name}")
             t0 = time.perf_counter()
+            ctx.collected_bytes = 0
             result = step(ctx)
             result.seconds = time.perf_counter() - t0
+            result.driver_collected_bytes += ctx.collected_bytes
             if result.usage is not None:
                 result.usage.seconds = result.seconds
             ctx.results[name] = result

@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import shutil
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import pyarrow as pa
 
-from .config import LLMSection, RaySection
+from .config import EmbeddingSection, LLMSection, RaySection
 from .llm.base import ChatRequest, ChatResult, Usage
 
-__all__ = ["LLMTask", "init_ray", "run_llm_task", "usage_from_outputs"]
+__all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "run_embed_task",
+           "EMBED_META"]
 
 # Bookkeeping columns added to every output row and dropped before the Delta write.
 _META = [("llm_cached", pa.bool_()), ("llm_failed", pa.bool_()), ("llm_seconds", pa.float64()),
@@ -161,53 +162,115 @@ def _clear(out_path: str) -> None:
         shutil.rmtree(out_path, ignore_errors=True)
 
 
-def usage_from_outputs(path: str | Path, llm: LLMSection) -> tuple[Usage, pa.Table]:
-    """Read a task's Parquet output: its accounting, and the rows without bookkeeping columns."""
+def output_usage(path: str | Path, llm: LLMSection) -> tuple[Usage, int]:
+    """A task's accounting from its Parquet output, reading only the bookkeeping columns (the
+    answers never come to the driver); also the bytes that were read."""
+    import pyarrow.compute as pc
     import pyarrow.dataset as pads
 
+    tbl = pads.dataset(str(path), format="parquet").to_table(columns=[n for n, _ in _META])
+    paid = pc.invert(pc.fill_null(tbl.column("llm_cached"), False))
+
+    def total(name: str, mask) -> int:
+        return int(pc.sum(pc.fill_null(pc.filter(tbl.column(name), mask), 0)).as_py() or 0)
+
+    tokens_in, tokens_out = total("llm_tokens_in", paid), total("llm_tokens_out", paid)
+    failed = pc.and_(paid, pc.fill_null(tbl.column("llm_failed"), False))
+    calls = int(pc.sum(pc.cast(paid, pa.int64())).as_py() or 0)
+    usage = Usage(calls=calls, tokens_in=tokens_in, tokens_out=tokens_out, cache_hits=tbl.num_rows - calls,
+                  errors=int(pc.sum(pc.cast(failed, pa.int64())).as_py() or 0),
+                  usd=tokens_in / 1000 * llm.usd_per_1k_in + tokens_out / 1000 * llm.usd_per_1k_out)
+    return usage, tbl.nbytes
+
+
+def usage_from_outputs(path: str | Path, llm: LLMSection) -> tuple[Usage, pa.Table]:
+    """A task's accounting and its output rows without bookkeeping columns (for tests and tools
+    that look at the rows; the pipeline's steps use `output_usage`, which reads no answers)."""
+    import pyarrow.dataset as pads
+
+    usage, _ = output_usage(path, llm)
     tbl = pads.dataset(str(path), format="parquet").to_table()
-    usage = Usage()
-    cols: dict[str, Any] = {n: tbl.column(n).to_pylist() for n, _ in _META}
-    for cached, failed, secs, tin, tout in zip(*(cols[n] for n, _ in _META)):
-        usage.add_result(
-            ChatResult(id="", text=None, tokens_in=tin or 0, tokens_out=tout or 0, cached=bool(cached),
-                       error="failed" if failed else None, seconds=secs or 0.0),
-            llm.usd_per_1k_in, llm.usd_per_1k_out,
-        )
     return usage, tbl.drop_columns([n for n, _ in _META])
 
 
+# Bookkeeping columns of the embed task's output, besides the `embeddings` table's own: the error
+# that left an item without a vector (it stays pending for the next run), and what each HTTP
+# request cost, on the first row it carried.
+EMBED_META = [("error", pa.string()), ("emb_calls", pa.int64()), ("emb_failed_request", pa.bool_()),
+              ("emb_tokens", pa.int64()), ("emb_cached", pa.bool_())]
+
+
 class _EmbedWorker:
-    """One actor: one embedder, loaded once (the weights are the expensive part)."""
+    """One actor: one embedder, loaded once (the bundled weights, or an HTTP client with its pool)."""
 
-    def __init__(self, batch_size: int, max_tokens: int):
-        from .llm.minilm import MiniLMEmbedder
+    def __init__(self, section: EmbeddingSection, cache_dir: str | None):
+        from .llm.embedders import open_embedder
 
-        self.embedder = MiniLMEmbedder(batch_size=batch_size, max_tokens=max_tokens)
+        self.embedder = open_embedder(section, cache_dir)
+        self.model = section.model
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
+    async def __call__(self, batch: pa.Table) -> pa.Table:
+        import numpy as np
+
         texts = batch.column("text").to_pylist()
-        vecs = self.embedder.embed(texts)
-        vector = pa.array(list(vecs), type=pa.list_(pa.float32()))
+        n = len(texts)
+        errors: list = [None] * n
+        calls = [0] * n
+        failed = [False] * n
+        tokens = [0] * n
+        cached = [False] * n
+        aembed = getattr(self.embedder, "aembed_many", None)
+        if aembed is not None:
+            out = await aembed(texts)
+            vecs, errors = out.vectors, out.errors
+            seen: set[int] = set()
+            for i, r in enumerate(out.request_of):
+                if r < 0:
+                    cached[i] = errors[i] is None  # else a blank text, never sent
+                elif r not in seen:
+                    seen.add(r)
+                    calls[i], failed[i], tokens[i] = out.request_calls[r], out.request_failed[r], out.request_tokens[r]
+        else:  # the bundled model computes here; keep the actor's loop free meanwhile
+            vecs = await asyncio.to_thread(self.embedder.embed, texts)
+        vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        dim = vecs.shape[1] if vecs.ndim == 2 else 0
+        # A list column straight from the flat buffer: no Python list per vector.
+        vector = pa.ListArray.from_arrays(pa.array(np.arange(0, n * dim + 1, dim, dtype=np.int32)),
+                                          pa.array(vecs.reshape(-1)),
+                                          mask=pa.array([e is not None for e in errors]))
         return pa.table({
             "kind": batch.column("kind"), "id": batch.column("id"),
-            "model": pa.array([self.embedder.model] * len(texts), pa.string()),
+            "model": pa.array([self.model] * n, pa.string()),
             "text_hash": batch.column("text_hash"), "vector": vector,
+            "error": pa.array(errors, pa.string()), "emb_calls": pa.array(calls, pa.int64()),
+            "emb_failed_request": pa.array(failed, pa.bool_()), "emb_tokens": pa.array(tokens, pa.int64()),
+            "emb_cached": pa.array(cached, pa.bool_()),
         })
 
 
-def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, batch_size: int, max_tokens: int) -> None:
-    """Rows (kind, id, text, text_hash) at in_path -> embeddings rows at out_path, on Ray."""
+def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, embedding: EmbeddingSection,
+                   cache_dir: str | None) -> None:
+    """Rows (kind, id, text, text_hash) at in_path -> embeddings rows (plus EMBED_META) at out_path, on Ray.
+
+    bundled: one actor computing in numpy. openai: `ray.actors` actors, each keeping
+    `embedding.concurrency` requests in flight over overlapping batches.
+    """
     import ray
 
     init_ray(ray_section)
-    ds = ray.data.read_parquet(in_path, num_cpus=_IO_CPUS).map_batches(
+    http = embedding.backend == "openai"
+    batch = embedding.batch_size * (max(2, embedding.concurrency) if http else 4)
+    ds = ray.data.read_parquet(in_path, num_cpus=_IO_CPUS,
+                               override_num_blocks=_num_blocks(in_path, batch * _BATCHES_PER_BLOCK))
+    ds = ds.map_batches(
         _EmbedWorker,
-        fn_constructor_kwargs={"batch_size": batch_size, "max_tokens": max_tokens},
-        batch_size=batch_size * 4,
+        fn_constructor_kwargs={"section": embedding, "cache_dir": cache_dir},
+        batch_size=batch,
         batch_format="pyarrow",
-        concurrency=1,
-        num_cpus=_EMBED_ACTOR_CPUS,
+        compute=ray.data.ActorPoolStrategy(size=ray_section.actors if http else 1,
+                                           max_concurrent_calls_per_actor=_BLOCKS_PER_ACTOR if http else 1),
+        # An HTTP embedder waits on the server; the bundled one computes in the actor.
+        num_cpus=_LLM_ACTOR_CPUS if http else _EMBED_ACTOR_CPUS,
     )
     _clear(out_path)
     ds.write_parquet(out_path, ray_remote_args={"num_cpus": _IO_CPUS})

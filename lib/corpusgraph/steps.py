@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
+from .embed_step import embed
 from .pipeline import RunContext, StageResult
 from .prompts import load_prompt
-from .ray_runner import run_embed_task, run_llm_task, usage_from_outputs
+from .ray_runner import output_usage, run_llm_task
 from .stages import chunk as chunk_stage
 from .stages import communities as comm_stage
-from .stages import embed as embed_stage
 from .stages import extract as extract_stage
 from .stages import extract_fast as extract_fast_stage
 from .stages import ingest as ingest_stage
@@ -22,32 +22,83 @@ from .stages import reports as report_stage
 from .stages import resolve as resolve_stage
 from .tables import spark_schema
 
-__all__ = ["ingest", "chunk", "extract", "resolve", "communities", "reports", "embed", "extract_identity"]
+__all__ = ["NoDocumentsError", "ingest", "chunk", "extract", "resolve", "communities", "reports", "embed", "extract_identity"]
+
+
+class NoDocumentsError(ValueError):
+    """Ingest found no document in its inputs: the run stops here, loudly, instead of building
+    (or estimating) an empty index."""
+
+
+def _read_inputs(ctx: RunContext):
+    """The parsed records (PARSED_SCHEMA rows) of every input file.
+
+    Parquet files go through Spark's Parquet reader (row groups in parallel), after their
+    footers are checked on the driver; everything else is read by the binaryFile source, one
+    file per row. Returns (parsed frame, files listed).
+    """
+    from .stages import ingest_parquet as ingest_pq
+
+    sec, spark = ctx.cfg.ingest, ctx.spark
+    reader = spark.read.format("binaryFile").option("recursiveFileLookup", "true")
+    files = reader.load(sec.inputs)
+    listed = files.inputFiles()
+    parquet = [p for p in listed if ingest_stage.suffix_of(p) == ".parquet"]
+    parts = []
+    if parquet:
+        # Listed again without the Parquet files, so their bytes are never read as one value.
+        others = [p for p in listed if ingest_stage.suffix_of(p) != ".parquet"]
+        files = spark.read.format("binaryFile").load(others) if others else None
+        listed_others = others
+        good, refused = ingest_pq.probe_footers(parquet)
+        if refused:
+            ddl = ", ".join(f"{f.name} string" for f in ingest_stage.PARSED_SCHEMA)
+            parts.append(spark.createDataFrame(
+                [tuple(r.get(f.name) for f in ingest_stage.PARSED_SCHEMA) for r in refused], ddl))
+        if good:
+            rows = spark.read.option("mergeSchema", "true").parquet(*good).select(
+                "*", F.col("_metadata.file_path").alias(ingest_pq.PATH_COL),
+                F.col("_metadata.row_index").alias(ingest_pq.ROW_COL))
+            parts.append(ingest_pq.parse_parquet_rows(rows, sec))
+    else:
+        listed_others = listed
+    if files is not None:
+        files = ingest_stage.with_empty_files(files, listed_others)
+        parts.append(ingest_stage.parse_files(files, sec))
+    parsed = parts[0]
+    for part in parts[1:]:
+        parsed = parsed.unionByName(part)
+    return parsed, len(listed)
 
 
 def ingest(ctx: RunContext) -> StageResult:
     sec = ctx.cfg.ingest
     if not sec.inputs:
         raise ValueError("ingest.inputs is empty: name the files or folders to index in the config")
-    files = (
-        ctx.spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(sec.inputs)
-    )
-    files = ingest_stage.with_empty_files(files, files.inputFiles())
-    parsed = ingest_stage.parse_files(files, sec).cache()
+    parsed, n_files = _read_inputs(ctx)
+    parsed = parsed.cache()
     docs = ingest_stage.documents_from(parsed).cache()
     quarantine = ingest_stage.quarantine_from(parsed)
-    ctx.wh.merge("documents", docs, update=False, soft_delete="deleted")
+    stats = docs.agg(F.count("*").alias("docs"), F.sum(F.col("copies") - 1).alias("dups")).first()
+    n_docs = int(stats["docs"] or 0)
+    if n_docs:
+        ctx.wh.merge("documents", docs, update=False, soft_delete="deleted")
     n_quarantine = quarantine.count()
     if n_quarantine:
         ctx.wh.merge("quarantine", quarantine)
-    stats = docs.agg(F.count("*").alias("docs"), F.sum(F.col("copies") - 1).alias("dups")).first()
     by_reason = {r["reason"]: r["count"] for r in quarantine.groupBy("reason").count().collect()}
     parsed.unpersist()
     docs.unpersist()
-    result = StageResult(rows={"documents": int(stats["docs"] or 0), "duplicates_collapsed": int(stats["dups"] or 0),
+    reasons = ", ".join(f"{k}={v}" for k, v in sorted(by_reason.items()))
+    if n_docs == 0:
+        raise NoDocumentsError(
+            f"ingest found no documents in {sec.inputs}: {n_files} files listed, {n_quarantine} inputs "
+            f"quarantined ({reasons or 'none'}; see the quarantine table under {ctx.cfg.storage.warehouse}). "
+            f"Check ingest.inputs, ingest.max_bytes ({sec.max_bytes}) and ingest.text_field ({sec.text_field!r}).")
+    result = StageResult(rows={"documents": n_docs, "duplicates_collapsed": int(stats["dups"] or 0),
                                "quarantined": n_quarantine})
     if by_reason:
-        result.notes.append("quarantined by reason: " + ", ".join(f"{k}={v}" for k, v in sorted(by_reason.items())))
+        result.notes.append("quarantined by reason: " + reasons)
     return result
 
 
@@ -82,7 +133,8 @@ def _llm_pass(ctx: RunContext, stage: str, pending, task, schema_name: str, part
     ctx.log(f"  {stage}: {n} rows to the model")
     run_llm_task(task, in_path, out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
                  cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url())
-    usage, _ = usage_from_outputs(out_path, ctx.cfg.llm)
+    usage, nbytes = output_usage(out_path, ctx.cfg.llm)
+    ctx.note_collected(nbytes)
     ctx.wh.merge(schema_name, ctx.spark.read.schema(spark_schema(schema_name)).parquet(out_path))
     return usage, n
 
@@ -102,7 +154,8 @@ def _extract_round(ctx: RunContext, packs, task, part: str):
     ctx.log(f"  {label}: {n_units} units to the model in {n_packs} calls")
     run_llm_task(task, in_path, out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
                  cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url())
-    usage, _ = usage_from_outputs(out_path, ctx.cfg.llm)
+    usage, nbytes = output_usage(out_path, ctx.cfg.llm)
+    ctx.note_collected(nbytes)
     rows = ctx.spark.read.parquet(out_path).select(F.explode("rows").alias("r")).select("r.*")
     ctx.wh.merge("extractions", rows)
     return usage, n_units, n_packs
@@ -213,7 +266,8 @@ def resolve(ctx: RunContext) -> StageResult:
         ctx.log(f"  resolve: {n} {part} rows to the model")
         run_llm_task(task, ctx.handoff("resolve", part), out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
                      cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url())
-        u, _ = usage_from_outputs(out_path, ctx.cfg.llm)
+        u, nbytes = output_usage(out_path, ctx.cfg.llm)
+        ctx.note_collected(nbytes)
         usage.merge(u)
         return spark.read.parquet(out_path), n
 
@@ -301,8 +355,10 @@ def communities(ctx: RunContext) -> StageResult:
     ents, rels = ctx.wh.read("entities"), ctx.wh.read("relationships")
     nodes, edges = comm_stage.encode_graph(ents, rels)
     # The only corpus-sized collect of the pipeline: the integer edge list and the id order.
-    ids = nodes.orderBy("idx").select("entity_id").toArrow().column(0).to_pylist()
+    id_col = nodes.orderBy("idx").select("entity_id").toArrow()
     e = edges.toArrow()
+    ctx.note_collected(id_col.nbytes + e.nbytes)
+    ids = id_col.column(0).to_pylist()
     membership = comm_stage.detect(
         ids, e.column("a").to_numpy(), e.column("b").to_numpy(), e.column("weight").to_numpy(), ctx.cfg.communities
     )
@@ -345,36 +401,3 @@ def reports(ctx: RunContext) -> StageResult:
     if sent == 0:
         result.notes.append("every community's report is up to date with its input: no LLM call")
     return result
-
-
-def embed(ctx: RunContext) -> StageResult:
-    from .query.vectors import write_index
-
-    sec = ctx.cfg.embeddings
-    items = embed_stage.embedding_items(ctx.wh.read("text_units"), ctx.wh.read("entities"),
-                                        ctx.wh.read("community_reports"), ctx.wh.read("documents"))
-    pending = embed_stage.pending_items(items, ctx.wh.read("embeddings"), sec.model)
-    in_path, out_path = ctx.handoff("embed", "in"), ctx.handoff("embed", "out")
-    pending.write.mode("overwrite").parquet(in_path)
-    n = ctx.spark.read.parquet(in_path).count()
-    if n:
-        run_embed_task(in_path, out_path, ray_section=ctx.cfg.ray, batch_size=sec.batch_size, max_tokens=sec.max_tokens)
-        ctx.wh.merge("embeddings", ctx.spark.read.schema(spark_schema("embeddings")).parquet(out_path))
-    # Drop vectors of things that no longer exist, then rebuild the FAISS files from the table.
-    emb_path = ctx.wh.path("embeddings")
-    from delta.tables import DeltaTable
-
-    (DeltaTable.forPath(ctx.spark, emb_path).alias("t")
-     .merge(items.select("kind", "id").alias("s"), "t.kind = s.kind AND t.id = s.id")
-     .whenNotMatchedBySourceDelete().execute())
-    counts = {}
-    for kind in embed_stage.KINDS:
-        tbl = ctx.wh.read("embeddings").where((F.col("kind") == kind) & (F.col("model") == sec.model)) \
-            .orderBy("id").select("id", "vector").toArrow()
-        import numpy as np
-
-        vecs = np.asarray(tbl.column("vector").to_pylist(), dtype=np.float32).reshape(tbl.num_rows, -1) \
-            if tbl.num_rows else np.zeros((0, 384), dtype=np.float32)
-        write_index(ctx.cfg.storage.index_dir, kind, tbl.column("id").to_pylist(), vecs, sec.model)
-        counts[kind] = tbl.num_rows
-    return StageResult(rows={"embedded_now": n, **{f"{k}_vectors": v for k, v in counts.items()}})

@@ -32,7 +32,7 @@ def one_cpu_ray():
 def test_llm_and_embed_tasks_finish_on_a_one_cpu_ray(one_cpu_ray, tmp_path):
     import ray
 
-    from corpusgraph.config import ExtractSection, LLMSection, RaySection
+    from corpusgraph.config import EmbeddingSection, ExtractSection, LLMSection, RaySection
     from corpusgraph.prompts import load_prompt
     from corpusgraph.ray_runner import run_embed_task, run_llm_task, usage_from_outputs
     from corpusgraph.stages.extract import ExtractTask
@@ -61,7 +61,7 @@ def test_llm_and_embed_tasks_finish_on_a_one_cpu_ray(one_cpu_ray, tmp_path):
     pq.write_table(pa.table({"kind": ["unit"] * 3, "id": ["a", "b", "c"], "text": texts,
                              "text_hash": ["h1", "h2", "h3"]}), tmp_path / "embed-in.parquet")
     run_embed_task(str(tmp_path / "embed-in.parquet"), str(tmp_path / "embed-out"), ray_section=one_cpu,
-                   batch_size=4, max_tokens=32)
+                   embedding=EmbeddingSection(batch_size=4, max_tokens=32), cache_dir=None)
     vectors = pq.read_table(tmp_path / "embed-out")
     assert sorted(vectors.column("id").to_pylist()) == ["a", "b", "c"]
     assert {len(v) for v in vectors.column("vector").to_pylist()} == {384}

@@ -51,13 +51,16 @@ def test_giving_up_and_4xx_become_errors_per_text_not_exceptions():
         assert srv.statuses == [500, 500]
         srv.fail_first = 0
         out = emb.embed_many(["fine", "reject: too long", "also fine"])
-        with pytest.raises(EmbeddingError, match="2 of 3 texts got no vector.*HTTP 400"):
+        with pytest.raises(EmbeddingError, match="1 of 3 texts got no vector.*text 1: HTTP 400"):
             emb.embed(["fine", "reject: too long", "also fine"])
-    # One request of 2 was refused (400, not retried); the other request's text got its vector.
-    assert out.errors[2] is None and np.linalg.norm(out.vectors[2]) == pytest.approx(1.0, abs=1e-5)
-    assert "HTTP 400: input is too long" in out.errors[0] and out.errors[0] == out.errors[1]
-    assert out.request_failed == [True, False]
-    assert sorted(srv.statuses[2:]) == [200, 200, 400, 400]  # the two requests of a call run concurrently
+    # The request of 2 was refused (400, not retried) and split: only the bad text lost its vector.
+    assert out.errors[0] is None and out.errors[2] is None
+    assert out.errors[1] == "HTTP 400: input is too long for this model"
+    assert all(np.linalg.norm(out.vectors[i]) == pytest.approx(1.0, abs=1e-5) for i in (0, 2))
+    assert not out.vectors[1].any()
+    assert out.request_failed == [True, False] and out.request_calls == [3, 1]
+    # [fine, reject]: 400, then [fine] 200 and [reject] 400; [also fine]: 200. embed() did the same again.
+    assert sorted(srv.statuses[2:6]) == [200, 200, 400, 400] and len(srv.statuses) == 10
 
 
 def test_malformed_answer_and_empty_text_are_clear_errors():

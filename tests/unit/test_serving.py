@@ -144,16 +144,32 @@ def test_a_context_manager_factory_is_released_at_shutdown(store):
     assert events == ["open", "close"]
 
 
+def _fake_embedding_endpoint(server) -> dict[str, str]:
+    """Config keys that embed questions with the model the fixture index was built with
+    (query_fixtures.FakeEmbedder's name and dimension), served over /v1/embeddings: the query
+    side refuses an index built by another model than the configured one."""
+    return {"embeddings.backend": "openai", "embeddings.model": "fake-bow-64", "embeddings.api_base": server.base_url}
+
+
 def test_default_factory_opens_the_configured_index(built, tmp_path):
-    """The real factory (config file, IndexStore, MiniLM, HTTP chat model), with no model server:
-    the openai backend is pointed at a port nothing listens on and is never called."""
+    """The real factory (config file, IndexStore, HTTP embedder, HTTP chat model), with no model
+    server: the chat backend is pointed at a port nothing listens on and is never called."""
     from serving import ServiceSettings, create_app
+    from tests.unit.embed_server import EmbedServer
+    from tests.unit.query_fixtures import DIM
 
     wh, index_dir = built
     overrides = {"storage.warehouse": wh, "storage.index_dir": index_dir, "storage.cache_dir": str(tmp_path),
                  "llm.backend": "openai", "llm.api_base": "http://127.0.0.1:9/v1"}
-    app = create_app(ServiceSettings(config_path=str(REPO / "conf" / "local.yaml"), config_overrides=overrides))
-    with TestClient(app) as client:
+    refused = create_app(ServiceSettings(config_path=str(REPO / "conf" / "local.yaml"), config_overrides=overrides))
+    with TestClient(refused) as client:  # the bundled MiniLM did not build this index
+        deadline = time.monotonic() + 120
+        while (failed := client.get("/readyz")).json()["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert failed.status_code == 503 and "built with embedding model 'fake-bow-64'" in failed.json()["error"]
+    with EmbedServer(dim=DIM, model="fake-bow-64") as emb, TestClient(create_app(ServiceSettings(
+            config_path=str(REPO / "conf" / "local.yaml"),
+            config_overrides={**overrides, **_fake_embedding_endpoint(emb)}))) as client:
         ready = wait_ready(client, timeout_s=120)
         assert ready.status_code == 200, ready.text
         assert ready.json()["tables"]["documents"] == 8
@@ -487,11 +503,15 @@ def test_corpusgraph_serve_in_a_subprocess_over_http_without_a_jvm(tmp_path):
 
     from tests.unit.query_fixtures import build_two_domain_index
 
+    from tests.unit.embed_server import EmbedServer
+    from tests.unit.query_fixtures import DIM
+
     wh, index_dir = build_two_domain_index(tmp_path)
     keys = '[{name: public-app, key: "${CG_TEST_PUBLIC_KEY}", domains: [public]}]'
+    emb = EmbedServer(dim=DIM, model="fake-bow-64").__enter__()
     sets = {"storage.warehouse": wh, "storage.index_dir": index_dir, "storage.cache_dir": str(tmp_path / "cache"),
             "llm.backend": "openai", "llm.api_base": "http://127.0.0.1:9/v1", "llm.max_retries": "0",
-            "serve.api_keys": keys}
+            "serve.api_keys": keys, **_fake_embedding_endpoint(emb)}
     argv = ["serve", "--conf", str(REPO / "conf" / "local.yaml"), "--port", "0", "--log-level", "info"]
     argv += [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
     env = {**os.environ, "CG_TEST_PUBLIC_KEY": "public-secret-1"}
@@ -536,6 +556,7 @@ def test_corpusgraph_serve_in_a_subprocess_over_http_without_a_jvm(tmp_path):
             proc.kill()
             proc.wait(10)
         reader.join(10)
+        emb.__exit__(None, None, None)
     text = "".join(log)
     assert "JVM-IMPORT-ATTEMPT" not in text and "public-secret-1" not in text, text
 

@@ -59,19 +59,20 @@ class EmbedOutcome:
     """What `embed_many` did for a list of texts, position by position.
 
     vectors: (n, dim) float32, unit length; rows whose error is set are zeros.
-    request_of: which request (0..requests-1) carried each text; -1 for a cache hit.
+    request_of: which request (0..requests-1) carried each text; -1 for a cache hit or a blank text.
     """
 
     vectors: np.ndarray
     errors: list[str | None]
     request_of: list[int]
     request_tokens: list[int] = field(default_factory=list)  # prompt tokens each request reported
-    request_failed: list[bool] = field(default_factory=list)
+    request_failed: list[bool] = field(default_factory=list)  # some text of the request got no vector
+    request_calls: list[int] = field(default_factory=list)  # HTTP requests it took (more after a 4xx split)
     seconds: float = 0.0
 
     @property
     def cache_hits(self) -> int:
-        return sum(1 for r in self.request_of if r < 0)
+        return sum(1 for r, e in zip(self.request_of, self.errors) if r < 0 and e is None)
 
     @property
     def failed(self) -> int:
@@ -192,26 +193,24 @@ class OpenAIEmbedder:
                 errors[i] = "empty text: nothing to embed"
         todo = [i for i in todo if errors[i] is None]
         batches = [todo[s : s + self.batch_size] for s in range(0, len(todo), self.batch_size)]
-        tokens, failed = [0] * len(batches), [False] * len(batches)
+        tokens, failed, http_calls = [0] * len(batches), [False] * len(batches), [0] * len(batches)
         if batches:
             clients = self._http.enter(self._new_client)
             try:
-                answers = await asyncio.gather(*(self._request(clients, [texts[i] for i in b]) for b in batches))
+                answers = await asyncio.gather(*(self._isolating(clients, [texts[i] for i in b]) for b in batches))
             finally:
                 await self._http.exit(clients)
             puts: dict[str, dict] = {}
-            for r, (batch, (got, used, err)) in enumerate(zip(batches, answers)):
-                tokens[r] = used
-                for i in batch:
+            for r, (batch, (got, used, errs, calls)) in enumerate(zip(batches, answers)):
+                tokens[r], http_calls[r] = used, calls
+                failed[r] = any(e is not None for e in errs)
+                for i, v, e in zip(batch, got, errs):
                     request_of[i] = r
-                if err is not None:
-                    failed[r] = True
-                    for i in batch:
-                        errors[i] = err
-                    continue
-                for i, v in zip(batch, got):
-                    vecs[i] = v
-                    puts[keys[i]] = _encode(v)
+                    if e is not None:
+                        errors[i] = e
+                    else:
+                        vecs[i] = v
+                        puts[keys[i]] = _encode(v)
             if puts and self.cache is not None:
                 try:
                     await asyncio.to_thread(self.cache.put_many, puts)
@@ -225,9 +224,24 @@ class OpenAIEmbedder:
                     errors[i] = f"cached vector has {v.shape[0]} dimensions, the endpoint answers {dim}"
                 else:
                     matrix[i] = v
-        return EmbedOutcome(matrix, errors, request_of, tokens, failed, time.monotonic() - start)
+        return EmbedOutcome(matrix, errors, request_of, tokens, failed, http_calls, time.monotonic() - start)
 
     # -- one request ----------------------------------------------------------------------------
+    async def _isolating(self, clients: ClientSet, texts: list[str]) -> tuple[list, int, list, int]:
+        """(vector or None per text, prompt tokens, error or None per text, HTTP requests made).
+
+        A request that the server refused (4xx) for one bad text must not cost the others their
+        vectors, or they would fail again beside it on every rerun: a refused batch is split in
+        halves until the refusal is down to the texts that cause it."""
+        got, used, err = await self._request(clients, texts)
+        if err is None:
+            return list(got), used, [None] * len(texts), 1
+        if len(texts) == 1 or not err.startswith("HTTP 4") or err.startswith("HTTP 429"):
+            return [None] * len(texts), used, [err] * len(texts), 1
+        half = len(texts) // 2
+        a, b = await asyncio.gather(self._isolating(clients, texts[:half]), self._isolating(clients, texts[half:]))
+        return a[0] + b[0], used + a[1] + b[1], a[2] + b[2], 1 + a[3] + b[3]
+
     async def _request(self, clients: ClientSet, texts: list[str]) -> tuple[list[np.ndarray] | None, int, str | None]:
         """(vectors, prompt tokens, None) or (None, tokens, reason); never raises."""
         body = {"model": self.model, "input": texts, "encoding_format": "float"}

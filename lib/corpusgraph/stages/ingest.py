@@ -2,25 +2,35 @@
 
 The pure part (`parse_file`) turns one file's bytes into document records or quarantine
 records, never raising for bad input. The Spark part maps it over `binaryFile` rows with
-mapInArrow and collapses duplicate texts by content hash.
+mapInArrow and collapses duplicate texts by content hash. Parquet inputs are read by Spark's own
+Parquet reader instead (ingest_parquet.py: row groups in parallel, no whole-file bytes).
+
+A JSON-lines or Parquet file is a container of documents: `ingest.max_bytes` applies to each
+record's text (an oversized record is quarantined as `file#id`), and a JSON-lines file as a
+whole only has to fit `ingest.max_file_bytes` (one task reads it). `.jsonl.gz` is decompressed
+as a stream, line by line.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
+import zlib
 from pathlib import PurePosixPath
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 
 from ..config import IngestSection
 
-__all__ = ["parse_file", "PARSED_SCHEMA", "parse_files", "with_empty_files", "documents_from", "quarantine_from", "content_hash"]
+__all__ = ["parse_file", "iter_file", "suffix_of", "is_container", "PARSED_SCHEMA", "parse_files", "with_empty_files", "documents_from", "quarantine_from", "content_hash"]
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text"}
-SUPPORTED = TEXT_SUFFIXES | {".jsonl", ".ndjson", ".parquet"}
+JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+SUPPORTED = TEXT_SUFFIXES | JSONL_SUFFIXES | {".parquet"} | {s + ".gz" for s in JSONL_SUFFIXES}
+_RECORDS_PER_BATCH = 2000  # records per Arrow batch out of a container file (bounds worker memory)
 
 # One row per parsed record: outcome is "document" or "quarantine".
 PARSED_SCHEMA = pa.schema(
@@ -34,6 +44,7 @@ PARSED_SCHEMA = pa.schema(
         ("metadata", pa.string()),
         ("reason", pa.string()),
         ("detail", pa.string()),
+        ("input_file", pa.string()),  # the file a record came from (Parquet inputs only)
     ]
 )
 
@@ -75,12 +86,28 @@ def _text_record(uri: str, text: str, section: IngestSection) -> dict:
     return _document(uri, title, text, section.access_domain, {})
 
 
+def suffix_of(uri: str) -> str:
+    """The format suffix, lower case: '.jsonl.gz' for a compressed JSON-lines file."""
+    suffixes = [x.lower() for x in PurePosixPath(uri).suffixes[-2:]]
+    if len(suffixes) == 2 and suffixes[1] == ".gz" and suffixes[0] in JSONL_SUFFIXES:
+        return suffixes[0] + ".gz"
+    return PurePosixPath(uri).suffix.lower()
+
+
+def is_container(uri: str) -> bool:
+    """JSON-lines (plain or gzip): many documents per file, read whole by one task."""
+    return suffix_of(uri) in JSONL_SUFFIXES | {s + ".gz" for s in JSONL_SUFFIXES}
+
+
 def _from_mapping(uri: str, obj: object, section: IngestSection) -> dict:
     if not isinstance(obj, dict):
         return _refuse(uri, "bad_record", f"expected a JSON object, got {type(obj).__name__}")
     text = obj.get(section.text_field)
     if not isinstance(text, str) or not text.strip():
         return _refuse(uri, "empty", f"field {section.text_field!r} is missing or empty")
+    size = len(text.encode("utf-8"))
+    if size > section.max_bytes:
+        return _refuse(uri, "oversized", f"record text of {size} bytes > ingest.max_bytes={section.max_bytes}")
     title = obj.get(section.title_field) or (text.strip().splitlines()[0][:120])
     domain = obj.get("domain") or obj.get("access_domain") or section.access_domain
     skip = {section.text_field, section.title_field, "domain", "access_domain"}
@@ -95,38 +122,76 @@ def _record_uri(uri: str, obj: object, section: IngestSection, position: int) ->
 
 def parse_file(uri: str, data: bytes | None, size: int, section: IngestSection) -> list[dict]:
     """All records one input yields: documents, or quarantine rows that say why not."""
-    suffix = PurePosixPath(uri).suffix.lower()
+    return list(iter_file(uri, data, size, section))
+
+
+def iter_file(uri: str, data: bytes | None, size: int, section: IngestSection) -> Iterator[dict]:
+    """parse_file as a stream of records (a container file may hold millions)."""
+    suffix = suffix_of(uri)
     if suffix not in SUPPORTED:
-        return [_refuse(uri, "unsupported_format", f"suffix {suffix or '(none)'}; supported: {sorted(SUPPORTED)}")]
-    if size > section.max_bytes:
-        return [_refuse(uri, "oversized", f"{size} bytes > ingest.max_bytes={section.max_bytes}")]
+        yield _refuse(uri, "unsupported_format", f"suffix {suffix or '(none)'}; supported: {sorted(SUPPORTED)}")
+        return
+    limit, name = (section.max_file_bytes, "max_file_bytes") if is_container(uri) else (section.max_bytes, "max_bytes")
+    if size > limit:
+        hint = "; split it, or use Parquet (read by row group)" if is_container(uri) else ""
+        yield _refuse(uri, "oversized", f"{size} bytes > ingest.{name}={limit}{hint}")
+        return
     if not data:
-        return [_refuse(uri, "empty", "zero bytes")]
+        yield _refuse(uri, "empty", "zero bytes")
+        return
     if suffix == ".parquet":
-        return _parse_parquet(uri, data, section)
+        yield from _parse_parquet(uri, data, section)
+        return
+    if suffix.endswith(".gz"):
+        yield from _jsonl_records(uri, gzip.GzipFile(fileobj=io.BytesIO(data)), section, compressed=True)
+        return
     if _looks_binary(data):
-        return [_refuse(uri, "binary", "NUL or control bytes in the first 8 KiB")]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return [_refuse(uri, "not_utf8", str(exc))]
-    text = text.lstrip("\ufeff")
+        yield _refuse(uri, "binary", "NUL or control bytes in the first 8 KiB")
+        return
     if suffix in TEXT_SUFFIXES:
-        return [_text_record(uri, text, section)]
-    out = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            out.append(_refuse(f"{uri}#L{n}", "bad_json", str(exc)))
-            continue
-        out.append(_from_mapping(_record_uri(uri, obj, section, n), obj, section))
-    return out or [_refuse(uri, "empty", "no records")]
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield _refuse(uri, "not_utf8", str(exc))
+            return
+        yield _text_record(uri, text.lstrip("\ufeff"), section)
+        return
+    yield from _jsonl_records(uri, io.BytesIO(data), section, compressed=False)
+
+
+def _jsonl_records(uri: str, stream: Iterable[bytes], section: IngestSection, compressed: bool) -> Iterator[dict]:
+    """One record per non-blank line; a bad line is quarantined as `file#L<n>` and the rest go on.
+    Lines are split on LF only (JSON strings may hold U+2028 and other Unicode line breaks)."""
+    any_record = False
+    n = 0
+    try:
+        for n, raw in enumerate(stream, start=1):
+            if n == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")
+                if compressed and _looks_binary(raw[:8192]):
+                    yield _refuse(uri, "binary", "NUL or control bytes in the first decompressed line")
+                    return
+            if not raw.strip():
+                continue
+            any_record = True
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                yield _refuse(f"{uri}#L{n}", "not_utf8", str(exc))
+                continue
+            except json.JSONDecodeError as exc:
+                yield _refuse(f"{uri}#L{n}", "bad_json", str(exc))
+                continue
+            yield _from_mapping(_record_uri(uri, obj, section, n), obj, section)
+    except (OSError, EOFError, zlib.error) as exc:  # a corrupt or truncated gzip stream
+        yield _refuse(uri, "bad_gzip", f"after line {n}: {type(exc).__name__}: {exc}")
+        return
+    if not any_record:
+        yield _refuse(uri, "empty", "no records")
 
 
 def _parse_parquet(uri: str, data: bytes, section: IngestSection) -> list[dict]:
+    """A Parquet file's bytes (parse_file's path; the Spark step reads Parquet with Spark's reader)."""
     import pyarrow.parquet as pq
 
     try:
@@ -138,27 +203,37 @@ def _parse_parquet(uri: str, data: bytes, section: IngestSection) -> list[dict]:
 
 
 def _parse_batches(batches: Iterator[pa.RecordBatch], section: IngestSection) -> Iterator[pa.RecordBatch]:
+    records: list[dict] = []
     for batch in batches:
-        records: list[dict] = []
-        cols = batch.to_pydict()
-        for uri, size, data in zip(cols["path"], cols["length"], cols["content"]):
-            records.extend(parse_file(uri, data, size, section))
-        if records:
-            yield pa.RecordBatch.from_pylist(records, schema=PARSED_SCHEMA)
+        for i in range(batch.num_rows):  # one file's bytes at a time, not the batch's as Python objects
+            row = batch.slice(i, 1).to_pylist()[0]
+            for rec in iter_file(row["path"], row["content"], row["length"], section):
+                records.append(rec)
+                if len(records) >= _RECORDS_PER_BATCH:
+                    yield pa.RecordBatch.from_pylist(records, schema=PARSED_SCHEMA)
+                    records = []
+    if records:
+        yield pa.RecordBatch.from_pylist(records, schema=PARSED_SCHEMA)
 
 
 def parse_files(files, section: IngestSection):
     """files: DataFrame(path, length, content) as read by Spark's binaryFile source.
 
     The binaryFile source pushes the length filter down, so oversized files are refused from
-    their length alone and their content is never read.
+    their length alone and their content is never read. The limit is ingest.max_bytes for a
+    document file and ingest.max_file_bytes for a JSON-lines container (whose records are then
+    held to max_bytes each).
     """
     from pyspark.sql import functions as F
 
-    small = files.where(F.col("length") <= section.max_bytes).select("path", "length", "content")
-    big = files.where(F.col("length") > section.max_bytes).select(
-        "path", "length", F.lit(None).cast("binary").alias("content")
-    )
+    lower = F.lower(F.col("path"))
+    container = F.lit(False)
+    for suffix in sorted(JSONL_SUFFIXES | {x + ".gz" for x in JSONL_SUFFIXES}):
+        container = container | lower.endswith(suffix)
+    fits = (container & (F.col("length") <= section.max_file_bytes)) | (
+        ~container & (F.col("length") <= section.max_bytes))
+    small = files.where(fits).select("path", "length", "content")
+    big = files.where(~fits).select("path", "length", F.lit(None).cast("binary").alias("content"))
     ddl = ", ".join(f"{f.name} string" for f in PARSED_SCHEMA)
     return small.unionByName(big).mapInArrow(lambda it: _parse_batches(it, section), ddl)
 

@@ -1,0 +1,145 @@
+"""The embed step: pending items -> vectors on Ray -> `embeddings` -> one FAISS index per kind.
+
+Only items whose (kind, id, model, text hash) has no vector are sent (stages/embed.py). An item
+the endpoint gave no vector stays pending, is counted and named in the stage's notes, and makes
+the run "partial" through its usage errors. The FAISS files are rebuilt from the table: each
+kind's vectors are written by Spark to the run's hand-off folder and read back with pyarrow,
+batch by batch, into one preallocated float32 matrix (no Python list per vector); ann.py then
+chooses, builds and measures the index (exact or approximate by size).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from pyspark.sql import functions as F
+
+from .pipeline import RunContext, StageResult
+from .ray_runner import run_embed_task
+from .stages import embed as embed_stage
+from .tables import spark_schema
+
+__all__ = ["embed", "read_vectors"]
+
+
+def read_vectors(path: str) -> tuple[list[str], np.ndarray, int]:
+    """(ids, (n, dim) float32 matrix, bytes read) from Parquet files of (id, vector), in file order.
+
+    Every vector must have one and the same length: rows of one model with two dimensions mean
+    the endpoint behind the model name changed, and an index over them would be meaningless.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.dataset as pads
+
+    found = pads.dataset(path, format="parquet")
+    dataset = pads.dataset(sorted(found.files), format="parquet", filesystem=found.filesystem)
+    n = dataset.count_rows()
+    ids: list[str] = []
+    matrix: np.ndarray | None = None
+    at, nbytes = 0, 0
+    for batch in dataset.to_batches(columns=["id", "vector"], batch_size=65_536):
+        if not batch.num_rows:
+            continue
+        col = batch.column("vector")
+        nbytes += batch.nbytes
+        if col.null_count:
+            raise ValueError(f"{path}: {col.null_count} embeddings rows have no vector")
+        lengths = pc.list_value_length(col)
+        lo, hi = pc.min_max(lengths).values()
+        if matrix is None:
+            matrix = np.empty((n, hi.as_py() or 1), dtype=np.float32)
+        dim = matrix.shape[1]
+        if lo.as_py() != dim or hi.as_py() != dim:
+            raise ValueError(f"embeddings rows of one model have vectors of {sorted({lo.as_py(), hi.as_py(), dim})} "
+                             "dimensions: the endpoint behind the model name changed; delete its rows from the "
+                             "embeddings table (or use a new embeddings.model name) and embed again")
+        flat = col.flatten().to_numpy(zero_copy_only=False)
+        matrix[at : at + batch.num_rows] = flat.reshape(batch.num_rows, dim)
+        ids.extend(batch.column("id").to_pylist())
+        at += batch.num_rows
+    if matrix is None:
+        matrix = np.zeros((0, 0), dtype=np.float32)
+    return ids, matrix, nbytes
+
+
+def _embed_pending(ctx: RunContext, pending) -> tuple[int, StageResult]:
+    """Send the pending items to Ray and merge what came back; (items sent, partial result)."""
+    from .llm.base import Usage
+
+    sec = ctx.cfg.embeddings
+    in_path, out_path = ctx.handoff("embed", "in"), ctx.handoff("embed", "out")
+    pending.write.mode("overwrite").parquet(in_path)
+    n = ctx.spark.read.parquet(in_path).count()
+    result = StageResult()
+    if not n:
+        return 0, result
+    ctx.log(f"  embed: {n} items to {sec.model} ({sec.backend})")
+    run_embed_task(in_path, out_path, ray_section=ctx.cfg.ray, embedding=sec, cache_dir=str(ctx.cache_dir))
+    out = ctx.spark.read.parquet(out_path)
+    cols = [f.name for f in spark_schema("embeddings").fields]
+    ctx.wh.merge("embeddings", out.where(F.col("error").isNull()).select(*cols))
+    as_int = lambda c: F.sum(F.col(c).cast("long"))  # noqa: E731
+    stats = out.agg(as_int("emb_calls").alias("requests"), as_int("emb_failed_request").alias("failed_requests"),
+                    F.sum("emb_tokens").alias("tokens"), as_int("emb_cached").alias("cached"),
+                    F.sum(F.col("error").isNotNull().cast("long")).alias("failed"),
+                    F.first("error", ignorenulls=True).alias("first_error")).first()
+    failed = int(stats["failed"] or 0)
+    result.rows["embed_failed"] = failed
+    if failed:
+        result.notes.append(f"{failed} of {n} items got no vector and stay pending for the next run; "
+                            f"first error: {stats['first_error']}")
+    if sec.backend == "openai":
+        tokens = int(stats["tokens"] or 0)
+        result.usage = Usage(calls=int(stats["requests"] or 0), tokens_in=tokens,
+                             cache_hits=int(stats["cached"] or 0), errors=int(stats["failed_requests"] or 0),
+                             usd=tokens / 1000 * sec.usd_per_1k_tokens)
+    return n, result
+
+
+def embed(ctx: RunContext) -> StageResult:
+    from delta.tables import DeltaTable
+
+    from .query.ann import IndexParams
+    from .query.vectors import write_index
+
+    sec = ctx.cfg.embeddings
+    items = embed_stage.embedding_items(ctx.wh.read("text_units"), ctx.wh.read("entities"),
+                                        ctx.wh.read("community_reports"), ctx.wh.read("documents"))
+    pending = embed_stage.pending_items(items, ctx.wh.read("embeddings"), sec.model)
+    n, result = _embed_pending(ctx, pending)
+    # Drop vectors of things that no longer exist, then rebuild the FAISS files from the table.
+    (DeltaTable.forPath(ctx.spark, ctx.wh.path("embeddings")).alias("t")
+     .merge(items.select("kind", "id").alias("s"), "t.kind = s.kind AND t.id = s.id")
+     .whenNotMatchedBySourceDelete().execute())
+    params = IndexParams.from_section(sec)
+    loaded: dict[str, tuple[list[str], np.ndarray]] = {}
+    collected = 0
+    for kind in embed_stage.KINDS:
+        path = ctx.handoff("embed", f"vectors-{kind}")
+        (ctx.wh.read("embeddings").where((F.col("kind") == kind) & (F.col("model") == sec.model))
+         .orderBy("id").select("id", "vector").write.mode("overwrite").parquet(path))
+        ids, vecs, nbytes = read_vectors(path)
+        loaded[kind] = (ids, vecs)
+        collected += nbytes
+    dims = {v.shape[1] for v in (vecs for _, vecs in loaded.values()) if v.shape[0]}
+    if len(dims) > 1:
+        raise ValueError(f"embeddings of {sec.model!r} have {sorted(dims)} dimensions across kinds; embed again")
+    # An empty kind still gets files (the service loads every kind); its dim is the others'.
+    dim = dims.pop() if dims else (384 if sec.backend == "bundled" else 1)
+    index_dir = Path(ctx.cfg.storage.index_dir)
+    for kind in embed_stage.KINDS:
+        ids, vecs = loaded.pop(kind)
+        if not vecs.shape[0]:
+            vecs = np.zeros((0, dim), dtype=np.float32)
+        write_index(index_dir, kind, ids, vecs, sec.model, params)
+        info = json.loads((index_dir / f"{kind}.meta.json").read_text(encoding="utf-8"))["index"]
+        result.rows[f"{kind}_vectors"] = len(ids)
+        result.notes.append(f"{kind}: {len(ids)} vectors of {vecs.shape[1]} dimensions, {info['type']} index"
+                            + (f" {info['params']}, recall@10 {info['recall_at_10']:.3f} on "
+                               f"{info['recall_queries']} stored vectors" if info.get("recall_measured") else ""))
+        del vecs
+    result.rows = {"embedded_now": n, **result.rows}
+    ctx.note_collected(collected)
+    return result
