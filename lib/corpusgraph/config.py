@@ -449,7 +449,9 @@ class ModelPrice(_Section):
 class EstimateSection(_Section):
     """`corpusgraph estimate`: what a build would cost before any LLM spend (estimate.py).
 
-    Input tokens are counted exactly, from the real requests the stages would send. What cannot
+    Input tokens are counted from the real requests the stages would send: every request up to
+    200k text units, a seeded sample of the extraction packs above that (with its 95% error bound
+    printed; units, corpus tokens and calls stay exact). What cannot
     be counted before the model answers (answer lengths, entity yield, community count) comes
     from the rates below, or from `--calibrate N`, which measures them on N sampled units.
     """

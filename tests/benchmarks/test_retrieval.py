@@ -248,7 +248,8 @@ def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questio
         "entities": len(store.entities), "relationships": len(store.relationships),
         "query_embed_seconds": round(embed_s, 2), "local_rank_ms_per_question": round(1000 * local_s / len(questions), 1),
         **(dict(zip(("local_without_step", "entity_bridge_held_out"),
-                    steps_check(store, questions, qvecs, unit_doc, weights))) if check_steps else {}),
+                    steps_check(store, questions, qvecs, unit_doc, weights, held_out=name in ENTITY_BRIDGE_TUNED_ON)))
+           if check_steps else {}),
         **({"adaptive_grid": adaptive_grid(store, questions, qvecs, unit_doc, weights)} if check_steps else {}),
     }
 
@@ -290,8 +291,14 @@ def leave_one_corpus_out(report: dict, names: tuple[str, ...]) -> dict:
     return out
 
 
+# The corpora whose dev questions the entity bridge's settings were chosen on (session 5): its
+# held-out estimate is computed there (46 settings; on lihua's 454 questions it would cost more
+# than the rest of the benchmark together, and lihua had no part in choosing them).
+ENTITY_BRIDGE_TUNED_ON = ("musique100", "hotpotqa100")
+
+
 def steps_check(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str], weights,
-                splits: int = 20, seed: int = 11) -> tuple[dict, dict]:
+                splits: int = 20, seed: int = 11, held_out: bool = True) -> tuple[dict, dict | None]:
     """What each step after the walk adds, and how much of the entity bridge's gain is tuning.
 
     Ablation: local recall@5 / @2 with one step off at a time. Held out: the entity bridge's
@@ -310,6 +317,8 @@ def steps_check(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[
                       ("keep_dense", {"keep_dense": 0}), ("seed_support_and_keep_dense", {"seed_support": False, "keep_dense": 0})):
         w = dataclasses.replace(weights, **off)
         ablation[step] = {"recall@5": round(float(recalls(w).mean()), 4), "recall@2": round(float(recalls(w, 2).mean()), 4)}
+    if not held_out:
+        return ablation, None
     grid = [{"entity_bridge_from": 0}] + [
         {"entity_bridge_from": k, "entity_bridge_min_score": f, "entity_bridge_max_passages": m}
         for k in (1, 2, 3) for f in (0.2, 0.25, 0.3, 0.35, 0.4) for m in (30, 50, 100)]
