@@ -59,7 +59,9 @@ def prefix_corpus(name: str, n: int) -> tuple[Path, list[dict], list[dict]]:
     path = CACHE / name / f"docs-first-{n}.jsonl"
     docs = first_rows_file(SHARED_DATA / name / "docs.jsonl", n, path)
     inside = {d["id"] for d in docs}
-    questions = [q for q in _read_jsonl(SHARED_DATA / name / "dev.jsonl") if set(q["evidence_doc_ids"]) <= inside]
+    # Unanswerable questions (no evidence) are left out: recall is undefined for them.
+    questions = [q for q in _read_jsonl(SHARED_DATA / name / "dev.jsonl")
+                 if q["evidence_doc_ids"] and set(q["evidence_doc_ids"]) <= inside]
     return path, docs, questions
 
 
