@@ -3,22 +3,24 @@
 Two rules, both computed per question from the index itself, with no per-corpus setting:
 
 - **Seed support.** An entity seed is evidence about which passages matter only as far as the
-  passages it occurs in agree with the question's own passage scores. A seed's support is the
-  mean hybrid passage score (dense + BM25, in [0, 1], 0 outside the candidates) over every
-  passage the entity occurs in. A hub (the one person in every chat log, the company in every
-  ticket) occurs in hundreds of passages of which a handful are candidates: its support is near
-  0. A named film whose one paragraph is the question's best passage has support near 1. The
-  restart mass put on entities is then `(1 - passage_weight)` times the seeds' mean support
-  (weighted as the seeds are), and the passages get the rest: on a corpus whose entities are
-  specific (encyclopaedia pages) the walk keeps the weight it had; where they are hubs, the
-  walk gives way to the passage scores instead of spreading mass through the hubs.
+  passages it occurs in agree with the question's own passage scores. A seed's support is
+  min(1, `scale` x the mean hybrid passage score (dense + BM25, in [0, 1], 0 outside the
+  candidates) over every passage the entity occurs in). A hub (the one person in every chat
+  log, the company in every ticket) occurs in hundreds of passages of which a handful are
+  candidates: its support is near 0. A named film whose one paragraph is the question's best
+  passage has support near 1. The restart mass put on entities is `(1 - passage_weight)` times
+  the seeds' mean support (weighted as the seeds are), and the passages get the rest: where
+  entities are specific (encyclopaedia pages) the walk keeps the weight it had; where they are
+  hubs, it gives way to the passage scores instead of spreading mass through the hubs.
 - **The dense guarantee.** The `keep` best passages by the hybrid passage score keep their
-  places, in that order, unless the graph's choice for a place has at least `1 + margin` times
-  the evidence of the passage it would push down (evidence: the passage's score in the graph
-  ranking, the walk's score, or for a passage a title or entity bridge brought in, the score it
-  took from the passage that led to it). Where the graph adds nothing, local ranking therefore
-  degrades to the passage ranking (which holds basic search's dense order fused with BM25),
-  never far below it; where the graph's evidence is strong, it wins the place.
+  places in the walk's ranking, in that order, unless the walk's choice for a place has at least
+  `1 + margin` times the walk score of the passage it would push down. The ranker passes
+  `margin x (1 - trust)`, trust being the seeds' mean support: a walk from unsupported seeds
+  needs the whole margin, one from well supported seeds little. Where the graph adds nothing,
+  local ranking therefore degrades to the passage ranking (basic search's dense order fused with
+  BM25), never far below it. The guarantee holds against the walk; the title and bridge steps
+  that follow it (query/retrieval.py) place passages on evidence of their own (a title that the
+  question or a top passage names, an entity a top passage states), after the first two.
 """
 
 from __future__ import annotations
