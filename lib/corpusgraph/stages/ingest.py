@@ -202,18 +202,27 @@ def _parse_parquet(uri: str, data: bytes, section: IngestSection) -> list[dict]:
     return out or [_refuse(uri, "empty", "no rows")]
 
 
-def _parse_batches(batches: Iterator[pa.RecordBatch], section: IngestSection) -> Iterator[pa.RecordBatch]:
-    records: list[dict] = []
+def parsed_batches(records: Iterable[dict]) -> Iterator[pa.RecordBatch]:
+    """PARSED_SCHEMA batches of at most _RECORDS_PER_BATCH records, in order."""
+    chunk: list[dict] = []
+    for rec in records:
+        chunk.append(rec)
+        if len(chunk) >= _RECORDS_PER_BATCH:
+            yield pa.RecordBatch.from_pylist(chunk, schema=PARSED_SCHEMA)
+            chunk = []
+    if chunk:
+        yield pa.RecordBatch.from_pylist(chunk, schema=PARSED_SCHEMA)
+
+
+def _file_records(batches: Iterator[pa.RecordBatch], section: IngestSection) -> Iterator[dict]:
     for batch in batches:
         for i in range(batch.num_rows):  # one file's bytes at a time, not the batch's as Python objects
             row = batch.slice(i, 1).to_pylist()[0]
-            for rec in iter_file(row["path"], row["content"], row["length"], section):
-                records.append(rec)
-                if len(records) >= _RECORDS_PER_BATCH:
-                    yield pa.RecordBatch.from_pylist(records, schema=PARSED_SCHEMA)
-                    records = []
-    if records:
-        yield pa.RecordBatch.from_pylist(records, schema=PARSED_SCHEMA)
+            yield from iter_file(row["path"], row["content"], row["length"], section)
+
+
+def _parse_batches(batches: Iterator[pa.RecordBatch], section: IngestSection) -> Iterator[pa.RecordBatch]:
+    return parsed_batches(_file_records(batches, section))
 
 
 def parse_files(files, section: IngestSection):

@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from ..config import IngestSection
-from .ingest import _RECORDS_PER_BATCH, PARSED_SCHEMA, _from_mapping, _record_uri, _refuse
+from .ingest import PARSED_SCHEMA, _from_mapping, _record_uri, _refuse, parsed_batches
 
 __all__ = ["probe_footers", "parse_parquet_rows", "PATH_COL", "ROW_COL"]
 
@@ -61,8 +61,7 @@ def _json_safe(value):
     return value
 
 
-def _rows_to_records(batches: Iterator[pa.RecordBatch], section: IngestSection) -> Iterator[pa.RecordBatch]:
-    out: list[dict] = []
+def _row_records(batches: Iterator[pa.RecordBatch], section: IngestSection) -> Iterator[dict]:
     for batch in batches:
         for row in batch.to_pylist():
             path = _local_form(row.pop(PATH_COL))
@@ -70,12 +69,11 @@ def _rows_to_records(batches: Iterator[pa.RecordBatch], section: IngestSection) 
             obj = {k: _json_safe(v) for k, v in row.items()}
             rec = _from_mapping(_record_uri(path, obj, section, position), obj, section)
             rec["input_file"] = path
-            out.append(rec)
-            if len(out) >= _RECORDS_PER_BATCH:
-                yield pa.RecordBatch.from_pylist(out, schema=PARSED_SCHEMA)
-                out = []
-    if out:
-        yield pa.RecordBatch.from_pylist(out, schema=PARSED_SCHEMA)
+            yield rec
+
+
+def _rows_to_records(batches: Iterator[pa.RecordBatch], section: IngestSection) -> Iterator[pa.RecordBatch]:
+    return parsed_batches(_row_records(batches, section))
 
 
 def parse_parquet_rows(rows, section: IngestSection):
