@@ -16,7 +16,10 @@ averages show. Settings (env): CORPUSGRAPH_BENCH_SCALE_SEED (0), _DRIVER_MEMORY 
 _ACTORS (2), _CONCURRENCY (32 per actor), _CHAT_LATENCY_S (0), _ADJUDICATE (0: the ambiguous
 band does not merge, as in test_resolution.py; 1: the server answers it from the truth),
 _STAGES (default every stage; embed is left out, and said so, while the product has no
-embedding backend to point at the server).
+embedding backend to point at the server), _RESUME (1: keep the size's warehouse and LLM cache
+from an earlier run that stopped, run only _STAGES on it, and merge those stages into the size's
+entry; the earlier stages keep their figures, and the entry says which stages were resumed and
+that cached answers from before the stop count as cache hits, not calls).
 
 Writes tests/benchmarks/results/scale.json (merging: a size measured again replaces its entry).
 """
@@ -131,12 +134,17 @@ def measure_size(n: int, stages: list[str]) -> dict:
     manifest = synthetic_corpus.ensure(corpus, n, SEED)
     gen_s = time.perf_counter() - t0
     run_dir = ROOT / f"run-{n}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
+    resume = os.environ.get(ENV + "RESUME", "0") == "1"
+    if resume and not (run_dir / "wh").is_dir():
+        raise RuntimeError(f"{ENV}RESUME=1 but {run_dir / 'wh'} holds no warehouse to resume")
+    if not resume:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
     server_args = ["--chat-latency-s", os.environ.get(ENV + "CHAT_LATENCY_S", "0"), "--chat-slots", "64",
                    "--dim", "64", "--adjudicate", "oracle"]
     load_before = os.getloadavg()
-    info = {"documents": n, "seed": SEED, "manifest": manifest, "gen_s": gen_s, "load_before": load_before}
+    info = {"documents": n, "seed": SEED, "manifest": manifest, "gen_s": gen_s, "load_before": load_before,
+            "resumed": resume}
     with scale_server.running(corpus / "truth", *server_args) as server:
         cfg, with_embed = config_for(n, corpus, run_dir, server.base_url)
         chosen = [s for s in stages if s != "embed" or with_embed]
@@ -154,7 +162,9 @@ def measure_size(n: int, stages: list[str]) -> dict:
             info["total_s"] = time.perf_counter() - t_run
             sampler.stage = "after"
             info["counts"] = table_counts(ctx)
-            info["resolution"] = resolution_pairs(spark, ctx.wh, corpus / "truth") if "resolve" in results else None
+            # A resumed run whose warehouse holds resolved entities measures them too.
+            info["resolution"] = resolution_pairs(spark, ctx.wh, corpus / "truth") \
+                if "resolve" in results or (resume and info["counts"]["entities"]) else None
             info["served"] = server.get_json("/stats")
         finally:
             sampler.stop()
@@ -185,7 +195,8 @@ def entry_from(info: dict, stages: list[str], results: dict, sampler: ProcessSam
             "rows": r.rows,
         }
     load_now = os.getloadavg()
-    return {"documents": n, "seed": SEED, "finished": finished, "stages": stages_out,
+    return {"documents": n, "seed": SEED, "resumed": info.get("resumed", False), "finished": finished,
+            "stages": stages_out,
             "total_seconds": round(info["total_s"], 1) if finished else None,
             "not_run": [s for s in stages if s not in results],
             "not_run_reason": info.get("not_run_reason") if finished else
@@ -212,8 +223,29 @@ def linearity(sizes: list[dict]) -> dict:
     return out
 
 
+def merge_resumed(old: dict | None, entry: dict) -> dict:
+    """A resumed size: the earlier entry's stages, then the stages run now (replacing any of the
+    same name), with the totals of the whole index counted over both runs."""
+    if old is None:
+        return {**entry, "resumed_stages": list(entry["stages"])}
+    stages = {**old["stages"], **entry["stages"]}
+    finished = entry["finished"] and not [s for s in ALL_STAGES if s not in stages]
+    merged = {**old, **{k: v for k, v in entry.items() if v is not None}, "stages": stages, "finished": finished,
+              "resumed_stages": sorted(set(old.get("resumed_stages", [])) | set(entry["stages"]),
+                                       key=ALL_STAGES.index),
+              "not_run": [s for s in ALL_STAGES if s not in stages]}
+    merged["total_seconds"] = round(sum(st["seconds"] for st in stages.values()), 1) if finished else None
+    merged["not_run_reason"] = None if finished else entry.get("not_run_reason")
+    merged["loadavg_before"] = old.get("loadavg_before")
+    merged["loadavg_resumed"] = {"before": entry["loadavg_before"], "after": entry["loadavg_after"]}
+    return merged
+
+
 def write_results(entry: dict) -> dict:
     old = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    if entry.pop("resumed", False):
+        before = next((s for s in old.get("sizes", []) if s["documents"] == entry["documents"]), None)
+        entry = merge_resumed(before, entry)
     sizes = [s for s in old.get("sizes", []) if s["documents"] != entry["documents"]] + [entry]
     sizes.sort(key=lambda s: s["documents"])
     largest_resolved = max((s for s in sizes if s.get("resolution")), key=lambda s: s["documents"], default=None)
@@ -245,8 +277,8 @@ def write_results(entry: dict) -> dict:
 def test_scale_whole_index():
     stages = [s for s in os.environ.get(ENV + "STAGES", ",".join(ALL_STAGES)).split(",") if s]
     for n in SIZES:
-        entry = measure_size(n, stages)
-        write_results(entry)
+        out = write_results(measure_size(n, stages))
+        entry = next(s for s in out["sizes"] if s["documents"] == n)  # merged with the earlier run when resumed
         print(json.dumps({k: entry[k] for k in ("documents", "total_seconds", "resolution", "loadavg_before",
                                                 "loadavg_after")}), flush=True)
         st = entry["stages"]
