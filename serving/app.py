@@ -18,10 +18,12 @@ from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import AsyncIterator
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 
 from serving.engine import EngineFactory, EngineHolder, default_engine_factory
+from serving.limits import BodyLimit, RateLimiter, internal_error, validation_error
 from serving.metrics import ServiceMetrics
 from serving.routers import graph, health, query
 from serving.settings import ServiceSettings
@@ -75,12 +77,6 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(holder.close)
 
 
-async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-    # The traceback goes to the log, not to the caller: exception text can quote index content.
-    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return JSONResponse({"detail": "internal error; the service log has the details"}, status_code=500)
-
-
 def create_app(settings: ServiceSettings, engine_factory: EngineFactory | None = None) -> FastAPI:
     """The service for `settings`.
 
@@ -93,8 +89,16 @@ def create_app(settings: ServiceSettings, engine_factory: EngineFactory | None =
     app.state.engine_factory = engine_factory or default_engine_factory
     app.state.engine = EngineHolder()
     app.state.metrics = ServiceMetrics(lambda: app.state.engine.load_seconds)
+    app.state.limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
+    # Innermost first: the body limit runs before any route, inside the metrics (which count
+    # its 413s); CORS, when configured, wraps everything, errors included.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     app.middleware("http")(app.state.metrics.middleware)
-    app.add_exception_handler(Exception, _internal_error)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "X-API-Key", "X-Access-Domains", "Content-Type"])
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, internal_error)
     app.include_router(health.router)
     app.include_router(query.build_router(settings))
     app.include_router(graph.build_router(settings))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:  # never executed: the command imports the app only when it runs
     from serving.settings import ServiceSettings
 
-__all__ = ["add_serve_command", "settings_from_args"]
+__all__ = ["add_serve_command", "settings_from_args", "uvicorn_limits"]
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -96,5 +96,16 @@ def cmd_serve(args: argparse.Namespace, config_loader=None) -> int:
     # One worker: the app holds one engine (and maybe one model server) per process. The app
     # object, not an import string, so uvicorn cannot start a second copy of it.
     uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level,
-                timeout_graceful_shutdown=10)
+                timeout_graceful_shutdown=10, **uvicorn_limits(config.serve))
     return 0
+
+
+def uvicorn_limits(serve) -> dict[str, Any]:
+    """uvicorn options cutting off slow or oversized clients, from the config's `serve` section."""
+    from serving.slow_clients import with_header_deadline
+
+    return {
+        "http": with_header_deadline(serve.header_timeout_s),  # headers trickled in: connection closed
+        "timeout_keep_alive": serve.keep_alive_s,  # an idle keep-alive connection: closed
+        "h11_max_incomplete_event_size": serve.max_header_bytes,  # headers too large: 400
+    }

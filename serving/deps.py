@@ -16,6 +16,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from corpusgraph.query.engine import QueryEngine
 from corpusgraph.query.store import IndexStore
 from serving.engine import EngineHolder
+from serving.limits import RateLimiter
 from serving.settings import ServiceSettings, key_domains
 
 __all__ = ["Caller", "get_settings", "get_holder", "get_engine", "require_api_key", "get_view"]
@@ -76,6 +77,10 @@ def require_api_key(
             raise HTTPException(401, detail="two different API keys sent; send one",
                                  headers={"WWW-Authenticate": "Bearer"})
         caller = Caller(keys[0].name, key_domains(keys[0]))
+    wait = request.app.state.limiter.take(caller.name)
+    if wait > 0:
+        raise HTTPException(429, detail="rate limit of this API key reached (the service's rate_limit_per_s); "
+                            "retry after the Retry-After seconds", headers={"Retry-After": RateLimiter.retry_after(wait)})
     if narrow is None:
         return caller
     wanted = frozenset(d.strip() for d in narrow.split(",") if d.strip())

@@ -9,6 +9,7 @@ the engine is there, which is what a load balancer or Kubernetes probe needs to 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, Callable, Iterator, Union
 from corpusgraph.query.engine import QueryEngine
 from serving.settings import ServiceSettings
 
-__all__ = ["EngineFactory", "EngineHolder", "default_engine_factory"]
+__all__ = ["EngineFactory", "EngineHolder", "default_engine_factory", "scrub_paths"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,15 @@ def default_engine_factory(settings: ServiceSettings) -> Iterator[QueryEngine]:
         yield engine
 
 
+# An absolute path in an exception's text: the service's callers need not learn its layout.
+_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?(?:[\\/][^\s'\"(),;:]+){2,}")
+
+
+def scrub_paths(text: str) -> str:
+    """`text` with absolute filesystem paths replaced by <path> (the log keeps the full text)."""
+    return _PATH.sub("<path>", text)
+
+
 class EngineHolder:
     """Holds the engine once loaded, or the reason loading failed; `status` says which."""
 
@@ -79,7 +89,7 @@ class EngineHolder:
                 store.restricted(domains)
         except Exception as exc:  # the service stays up and says why on /readyz
             log.exception("could not open the query engine")
-            self.error = f"{type(exc).__name__}: {exc}"
+            self.error = scrub_paths(f"{type(exc).__name__}: {exc}")
         else:
             self.engine = engine
             self.load_seconds = time.monotonic() - begin

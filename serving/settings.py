@@ -10,6 +10,8 @@ with the `${VAR}` values the caller passes in `config_env`, or the caller passes
 from __future__ import annotations
 
 import hmac
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,13 @@ class ServiceSettings(BaseModel):
                                      description="A question not answered within this many seconds gets 504.")
     max_concurrent_queries: int = Field(_default("max_concurrent_queries"), ge=1,
                                         description="Questions worked on at once (worker threads).")
+    max_body_bytes: int = Field(_default("max_body_bytes"), ge=1, description="Larger request bodies get 413.")
+    body_timeout_s: float = Field(_default("body_timeout_s"), gt=0,
+                                  description="A request body not in within this many seconds gets 408.")
+    rate_limit_per_s: float = Field(_default("rate_limit_per_s"), ge=0,
+                                    description="Requests per second per API key on /v1 routes; 0: no limit.")
+    rate_limit_burst: int = Field(_default("rate_limit_burst"), ge=1, description="The token bucket's size.")
+    cors_origins: list[str] = Field(default_factory=list, description="Origins allowed by CORS; none: closed.")
 
     @field_validator("api_keys", mode="before")
     @classmethod
@@ -92,7 +101,8 @@ class ServiceSettings(BaseModel):
         if serve.api_key_file:
             keys += read_key_file(serve.api_key_file)
         fields = ("max_question_chars", "max_top_k", "max_level", "max_page_size", "request_timeout_s",
-                  "max_concurrent_queries")
+                  "max_concurrent_queries", "max_body_bytes", "body_timeout_s", "rate_limit_per_s",
+                  "rate_limit_burst", "cors_origins")
         values: dict[str, Any] = {name: getattr(serve, name) for name in fields}
         values.update(chosen)
         values["api_keys"] = keys + list(values.get("api_keys", []))
@@ -127,8 +137,10 @@ def read_key_file(path: str) -> list[ServeKey]:
     """Keys from a file of `KEY DOMAIN[,DOMAIN...]` (or `KEY *`) lines; # starts a comment line.
 
     A line without domains is refused: a key bound to nothing by mistake must not read everything.
+    So is a file that users other than its owner may read or write (like ssh with a private key).
     Errors name the line, never the key.
     """
+    _check_private(path)
     keys = []
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         line = line.strip()
@@ -142,3 +154,13 @@ def read_key_file(path: str) -> list[ServeKey]:
             raise ValueError(f"{path}:{number}: no domains after the key")
         keys.append(ServeKey(name=f"{Path(path).name}:{number}", key=parts[0], domains=domains))
     return keys
+
+
+def _check_private(path: str) -> None:
+    """Refuse a key file that its group or other users may access: they could read every key."""
+    mode = os.stat(path).st_mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(
+            f"API key file {path} is accessible by other users (mode {stat.S_IMODE(mode):04o}); "
+            f"the service refuses it: run `chmod 600 {path}`"
+        )

@@ -438,6 +438,19 @@ class ServeSection(_Section):
     max_top_k: int = Field(50, ge=1, le=50, description="Largest `top_k` a request may ask for.")
     max_level: int = Field(15, ge=0, description="Largest community `level` a request may name.")
     max_page_size: int = Field(200, ge=1, description="Most rows one listing (communities, an entity's edges) returns.")
+    max_body_bytes: int = Field(65_536, ge=1, description="A request body over this many bytes gets 413 before it "
+                                "is parsed (declared by Content-Length, or counted as it streams in).")
+    body_timeout_s: float = Field(30.0, gt=0, description="A request body not received in full within this many "
+                                  "seconds gets 408 (a client trickling bytes holds no worker for long).")
+    header_timeout_s: float = Field(10.0, gt=0, description="A connection that has not sent a request's headers in "
+                                    "full this many seconds after connecting (or after its last response) is closed.")
+    keep_alive_s: int = Field(5, ge=1, description="An idle keep-alive connection is closed after this many seconds.")
+    max_header_bytes: int = Field(16_384, ge=1024, description="Request line and headers larger than this are refused.")
+    rate_limit_per_s: float = Field(0.0, ge=0, description="Requests per second each API key (or, without keys, all "
+                                    "callers together) may make on /v1 routes, as a token bucket; 0: no limit.")
+    rate_limit_burst: int = Field(20, ge=1, description="Requests a key may make at once before rate_limit_per_s applies.")
+    cors_origins: list[str] = Field(default_factory=list, description="Browser origins allowed to call the service "
+                                    "(CORS), e.g. https://app.example.com; none: CORS closed.")
 
 
 

@@ -168,7 +168,7 @@ def build_router(settings: ServiceSettings) -> APIRouter:
         communities it belongs to, and the text units and documents it was extracted from."""
         ent = store.entities.get(entity_id)
         if ent is None:
-            raise HTTPException(404, detail=f"no entity {entity_id!r} in this index")
+            raise HTTPException(404, detail="no such entity in this index")
         rel_ids = sorted(store.adjacency.get(entity_id, ()),
                          key=lambda r: (-float(store.relationships[r].get("weight") or 0.0), r))
         unit_ids = [u for u in ent.get("unit_ids") or () if u in store.units]
@@ -220,7 +220,7 @@ def build_router(settings: ServiceSettings) -> APIRouter:
     ) -> CommunityDetail:
         com = store.communities.get(community_id)
         if com is None:
-            raise HTTPException(404, detail=f"no community {community_id!r} in this index")
+            raise HTTPException(404, detail="no such community in this index")
         members = set(com.get("entity_ids") or ())
         entities = []
         for eid in list(com.get("entity_ids") or ())[:page]:

@@ -332,7 +332,7 @@ def test_an_entity_with_its_neighbourhood_units_and_documents(store):
         grey = client.get("/v1/entities/e_grey", params={"limit": 1}).json()
         assert grey["truncated"] and len(grey["relationships"]) == 1 and grey["claims"][0]["claim_id"] == "k1"
         missing = client.get("/v1/entities/e_nobody")
-        assert missing.status_code == 404 and missing.json() == {"detail": "no entity 'e_nobody' in this index"}
+        assert missing.status_code == 404 and missing.json() == {"detail": "no such entity in this index"}
         assert client.get("/v1/entities/e_mara", params={"limit": 0}).status_code == 422
         assert client.get("/v1/entities/" + "x" * 300).status_code == 422
 
@@ -409,7 +409,8 @@ def test_an_unexpected_error_is_a_json_500_that_quotes_nothing(store):
     with TestClient(create_app(settings(), engine_factory=lambda _s: Broken()), raise_server_exceptions=False) as client:
         assert wait_ready(client).status_code == 200
         r = client.post("/v1/query", json={"question": QUESTION})
-        assert r.status_code == 500 and r.json() == {"detail": "internal error; the service log has the details"}
+        assert r.status_code == 500 and r.json() == {"detail": "internal error; the service log has the details",
+                                                     "request_id": r.headers["x-request-id"]}
 
 
 # -- real HTTP ---------------------------------------------------------------------------------------
@@ -586,6 +587,7 @@ def test_serve_command_builds_settings_from_the_serve_section_and_options(monkey
 
     keys = tmp_path / "keys"
     keys.write_text("# KEY DOMAIN[,DOMAIN...]\nfrom-file ops,legal\n\nadmin-file *\n")
+    keys.chmod(0o600)  # a key file others may read is refused (test_serving_limits.py)
     conf = load_config(REPO / "conf" / "local.yaml", {
         "serve.request_timeout_s": "30", "serve.port": "7000",
         "serve.api_keys": '[{name: ops-app, key: "${OPS_KEY}", domains: [ops]}]'}, env={"OPS_KEY": "from-env"})
@@ -622,6 +624,7 @@ def test_a_key_file_line_without_domains_is_refused_naming_the_line_not_the_key(
 
     keys = tmp_path / "keys"
     keys.write_text("good-key ops\nbare-secret-key\n")
+    keys.chmod(0o600)
     with pytest.raises(ValueError) as err:
         read_key_file(str(keys))
     assert f"{keys}:2" in str(err.value) and "bare-secret-key" not in str(err.value)
