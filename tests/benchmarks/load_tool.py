@@ -5,7 +5,9 @@
 each made unique with a request number so the service's LLM response cache never answers
 for free. Prints one JSON object: requests, errors (non-200 or transport failures, by
 status), rps (successful answers per second), p50_ms, p90_ms, p99_ms, max_ms, concurrency,
-duration_s.
+duration_s. With --events-out, every counted request is also written there as one JSON line
+(start and end in seconds from the end of the warm-up, method, status), so a caller can split the
+figures by method and by phase (before, during and after an outage it causes).
 
     python tests/benchmarks/load_tool.py --url http://127.0.0.1:8080 --key KEY \
         --concurrency 32 --duration-s 30 --questions-file qs.json
@@ -24,7 +26,7 @@ import numpy as np
 
 
 async def run(url: str, key: str | None, questions: list[dict], concurrency: int, duration_s: float,
-              warmup_s: float, timeout_s: float) -> dict:
+              warmup_s: float, timeout_s: float, events: list | None = None) -> dict:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     latencies: list[float] = []
     errors: Counter[str] = Counter()
@@ -49,6 +51,9 @@ async def run(url: str, key: str | None, questions: list[dict], concurrency: int
             t1 = time.monotonic()
             if t0 < measure_from:
                 continue  # warm-up: not counted
+            if events is not None:
+                events.append({"t0": round(t0 - measure_from, 4), "t1": round(t1 - measure_from, 4),
+                               "method": q.get("method", "auto"), "status": status})
             if status == "200":
                 latencies.append(t1 - t0)
             else:
@@ -82,13 +87,19 @@ def main() -> None:
     ap.add_argument("--warmup-s", type=float, default=3.0)
     ap.add_argument("--timeout-s", type=float, default=60.0)
     ap.add_argument("--questions-file", required=True, help='JSON list of request bodies ({"question": ..., "method": ...})')
+    ap.add_argument("--events-out", help="write every counted request here as a JSON line")
     args = ap.parse_args()
     with open(args.questions_file, encoding="utf-8") as f:
         questions = json.load(f)
     if not questions:
         ap.error("no questions")
-    print(json.dumps(asyncio.run(run(args.url, args.key, questions, args.concurrency, args.duration_s,
-                                     args.warmup_s, args.timeout_s))))
+    events: list | None = [] if args.events_out else None
+    figures = asyncio.run(run(args.url, args.key, questions, args.concurrency, args.duration_s,
+                              args.warmup_s, args.timeout_s, events))
+    if args.events_out:
+        with open(args.events_out, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(e) + "\n" for e in events)
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -65,14 +65,15 @@ def embedding_overrides(base_url: str) -> dict[str, str] | None:
     return None
 
 
-def config_for(n: int, corpus, run_dir, base_url: str):
+def config_for(n: int, corpus, run_dir, base_url: str, inputs=None):
+    """The run's config; `inputs` replaces the corpus's parquet folder (the update benchmark's)."""
     from corpusgraph.config import load_config
 
     adjudicate = os.environ.get(ENV + "ADJUDICATE", "0") == "1"
     overrides = {
         "storage.warehouse": str(run_dir / "wh"), "storage.index_dir": str(run_dir / "idx"),
         "storage.cache_dir": str(run_dir / "cache"),
-        "ingest.inputs": json.dumps([str(corpus / "parquet")]),
+        "ingest.inputs": json.dumps([str(inputs or corpus / "parquet")]),
         "spark.driver_memory": os.environ.get(ENV + "DRIVER_MEMORY", "6g"),
         # About one shuffle partition per 10k documents (~150k mentions): tasks stay in memory.
         "spark.shuffle_partitions": str(max(2, n // 10_000)),

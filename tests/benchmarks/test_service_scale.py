@@ -1,0 +1,291 @@
+"""The query service on the index the pipeline built from the 100k-document synthetic corpus.
+
+Issue 13 (item 9) and issue 18 (item 5). The index is the warehouse and vector folder that
+`make bench-scale` left under work/scale/run-<n> (CORPUSGRAPH_BENCH_SERVICE_DOCS, default
+100000); the benchmark skips, saying so, when that run has not been made. Two parts:
+
+1. In this process: the IndexStore's load time and resident memory, and the local-context
+   latency (query/local.build_local_context, as the service runs it per local question) over
+   questions that name one or two of the index's own entities, their vectors from the same
+   scripted embeddings endpoint the embed stage used (the embedding call is timed apart). The
+   entity index's kind and recall come from the vector folder's meta.json, as the embed stage
+   recorded them.
+2. `corpusgraph serve` in its own process on that index: start-up time (process start to
+   /readyz 200) and resident memory, then load_tool.py with CLIENTS closed-loop clients for
+   SECONDS, a mix of every method. Chat goes to fixed_latency_answer_server.py (every call
+   LATENCY_S, schema-valid answers); question embeddings to scale_server.py. From OUTAGE_AT_S
+   the chat server is stopped for OUTAGE_S and started again on the same port. Every request's
+   status and latency are split by method and by phase (before, during, after the outage,
+   by the request's start). The service's RSS is sampled throughout.
+
+Writes tests/benchmarks/results/service_load.json. Asserts what the service promises: no
+request hangs past the load tool's timeout and none is a 500; answers resume after the outage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.benchmarks import scale_server
+from tests.benchmarks.child_server import ChildServer
+from tests.benchmarks.test_scale import embedding_overrides
+from tests.benchmarks.test_service_load import API_KEY, ONE_THREAD, free_port, wait_ready
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.slow]
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "service_load.json"
+ANSWER_SERVER = HERE / "fixed_latency_answer_server.py"
+LOAD_TOOL = HERE / "load_tool.py"
+ENV = "CORPUSGRAPH_BENCH_SERVICE_"
+DOCS = int(os.environ.get(ENV + "DOCS", "100000"))
+CLIENTS = int(os.environ.get(ENV + "CLIENTS", "64"))
+SECONDS = float(os.environ.get(ENV + "SECONDS", "75"))
+OUTAGE_AT_S, OUTAGE_S = 25.0, 10.0
+LATENCY_S = 0.2
+REQUEST_TIMEOUT_S = 60.0  # the load tool's per-request limit: a request past it counts as hung
+SERVICE_WORKERS = 32
+LOCAL_QUESTIONS = 300
+
+
+def run_dir() -> Path:
+    return REPO / "work" / "scale" / f"run-{DOCS}"
+
+
+def pick_entities(store, n: int, seed: int = 7) -> list[tuple[str, str | None]]:
+    """(entity title, a related entity's title or None): half among the best connected, half at random."""
+    rng = np.random.default_rng(seed)
+    ids = sorted(store.entities)
+    by_degree = sorted(ids, key=lambda e: -(store.entities[e].get("degree") or 0))[: max(1, n // 2)]
+    chosen = by_degree + [ids[i] for i in rng.choice(len(ids), size=n - len(by_degree), replace=False)]
+    out = []
+    for eid in chosen:
+        rels = store.adjacency.get(eid) or []
+        other = None
+        if rels:
+            rel = store.relationships[rels[int(rng.integers(len(rels)))]]
+            other_id = rel["target_id"] if rel["source_id"] == eid else rel["source_id"]
+            other = store.entities.get(other_id, {}).get("title")
+        out.append((store.entities[eid]["title"], other))
+    return out
+
+
+def local_questions(pairs: list[tuple[str, str | None]]) -> list[str]:
+    forms_two = ("How is {a} linked to {b}?", "What did {a} and {b} do together?")
+    forms_one = ("Who is {a}?", "What is {a} known for?")
+    return [(forms_two[i % 2].format(a=a, b=b) if b else forms_one[i % 2].format(a=a))
+            for i, (a, b) in enumerate(pairs)]
+
+
+def rss_mb(pid: int | None = None) -> float:
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+def in_process_figures(cfg) -> dict:
+    """Store load and local-context latency in this process (one FAISS thread, as a request runs)."""
+    import faiss
+
+    import corpusgraph.query.local as local
+    from corpusgraph.llm.embedders import open_embedder
+    from corpusgraph.query.store import IndexStore
+
+    faiss.omp_set_num_threads(1)
+    rss0 = rss_mb()
+    t0 = time.perf_counter()
+    store = IndexStore(cfg.storage.warehouse, cfg.storage.index_dir)
+    store.vectors("entity"), store.vectors("text_unit")  # loaded lazily on first use otherwise
+    load_s = time.perf_counter() - t0
+    pairs = pick_entities(store, LOCAL_QUESTIONS)
+    qs = local_questions(pairs)
+    embedder = open_embedder(cfg.embeddings, None)
+    t0 = time.perf_counter()
+    vectors = np.asarray(embedder.embed(qs), dtype=np.float32)
+    embed_ms = (time.perf_counter() - t0) * 1000 / len(qs)
+    for q, v in zip(qs[:5], vectors[:5]):  # warm-up: lazy lookups
+        local.build_local_context(store, v, q, cfg.query)
+    totals = []
+    for q, v in zip(qs, vectors):
+        t0 = time.perf_counter()
+        local.build_local_context(store, v, q, cfg.query)
+        totals.append(time.perf_counter() - t0)
+    ms = np.asarray(totals) * 1000
+    meta = {}
+    for kind in ("entity", "text_unit"):
+        p = Path(cfg.storage.index_dir) / f"{kind}.meta.json"
+        meta[kind] = json.loads(p.read_text()) if p.is_file() else None
+    figures = {
+        "entities": len(store.entities), "relationships": len(store.relationships), "units": len(store.units),
+        "communities": len(store.communities), "reports": len(store.reports),
+        "store_load_s": round(load_s, 1), "store_rss_mb": round(rss_mb() - rss0, 1),
+        "local_context_p50_ms": round(float(np.percentile(ms, 50)), 2),
+        "local_context_p99_ms": round(float(np.percentile(ms, 99)), 2),
+        "local_questions": len(qs), "embed_question_ms_mean": round(embed_ms, 2),
+        "vector_indexes": {k: ({f: m.get(f) for f in ("model", "count", "dim", "index")} if m else None)
+                           for k, m in meta.items()},
+        "_names": pairs[:60],  # for the service's load mix; taken out before the results are written
+    }
+    del store
+    return figures
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid: int, interval_s: float = 1.0):
+        super().__init__(daemon=True)
+        self.pid, self.interval_s, self.samples = pid, interval_s, []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(self.interval_s):
+            try:
+                self.samples.append((time.monotonic(), rss_mb(self.pid)))
+            except Exception:  # the service exited: the test will say why
+                return
+
+
+def summarise(events: list[dict]) -> dict:
+    def figures(rows: list[dict]) -> dict:
+        ok = np.asarray([(r["t1"] - r["t0"]) * 1000 for r in rows if r["status"] == "200"])
+        statuses: dict[str, int] = {}
+        for r in rows:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        return {"requests": len(rows), "ok": int(len(ok)), "status_counts": statuses,
+                "p50_ms": round(float(np.percentile(ok, 50)), 1) if len(ok) else None,
+                "p99_ms": round(float(np.percentile(ok, 99)), 1) if len(ok) else None,
+                "max_ms": round(float(max(r["t1"] - r["t0"] for r in rows) * 1000), 1) if rows else None}
+
+    def phase(r: dict) -> str:
+        return "before" if r["t0"] < OUTAGE_AT_S else "outage" if r["t0"] < OUTAGE_AT_S + OUTAGE_S else "after"
+
+    methods = sorted({r["method"] for r in events})
+    phases = {}
+    for name in ("before", "outage", "after"):
+        rows = [r for r in events if phase(r) == name]
+        phases[name] = {**figures(rows), "per_method": {m: figures([r for r in rows if r["method"] == m])
+                                                        for m in methods}}
+    return {"phases": phases, "per_method": {m: figures([r for r in events if r["method"] == m]) for m in methods},
+            **{k: v for k, v in figures(events).items() if k != "per_method"}}
+
+
+def test_service_on_the_scale_index(tmp_path):
+    from corpusgraph.config import load_config
+
+    root = run_dir()
+    if not (root / "idx" / "entity.faiss").is_file():
+        pytest.skip(f"no index at {root}: build it first with CORPUSGRAPH_BENCH_SCALE_SIZES={DOCS} make bench-scale")
+    corpus = REPO / "work" / "scale" / f"corpus-{DOCS}"
+    llm_port = free_port()
+    with scale_server.running(corpus / "truth", "--dim", "64", "--embed-slots", "32") as embed_server:
+        emb = embedding_overrides(embed_server.base_url)
+        sets = {"storage.warehouse": str(root / "wh"), "storage.index_dir": str(root / "idx"),
+                "storage.cache_dir": str(tmp_path / "cache"), "llm.backend": "openai",
+                "llm.api_base": f"http://127.0.0.1:{llm_port}/v1", "llm.model": "bench", "llm.concurrency": "64",
+                **emb}
+        cfg = load_config(REPO / "conf" / "local.yaml", sets)
+        figures = in_process_figures(cfg)
+
+        llm = ChildServer(ANSWER_SERVER, "--slots", "512", "--latency-s", str(LATENCY_S), "--port", str(llm_port))
+        service = sampler = None
+        try:
+            port = free_port()
+            cmd = [sys.executable, "-m", "corpusgraph.cli", "serve", "--conf", str(REPO / "conf" / "local.yaml"),
+                   "--port", str(port), "--api-key", API_KEY, "--max-concurrent", str(SERVICE_WORKERS),
+                   "--log-level", "warning"]
+            for k, v in sets.items():
+                cmd += ["--set", f"{k}={v}"]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), str(REPO)]), **ONE_THREAD}
+            t_start = time.monotonic()
+            service = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                       stderr=open(tmp_path / "serve.log", "w"))
+            url = f"http://127.0.0.1:{port}"
+            wait_ready(url, service, timeout_s=900)
+            figures["service_start_s"] = round(time.monotonic() - t_start, 1)
+            figures["rss_mb_start"] = round(rss_mb(service.pid), 1)
+            sampler = RssSampler(service.pid)
+            sampler.start()
+            pairs = pick_entities_from_questions(figures)
+            qfile = tmp_path / "questions.json"
+            qfile.write_text(json.dumps(pairs))
+            events_file = tmp_path / "events.jsonl"
+            warmup_s = 5.0
+            load = subprocess.Popen(
+                [sys.executable, str(LOAD_TOOL), "--url", url, "--key", API_KEY, "--concurrency", str(CLIENTS),
+                 "--duration-s", str(SECONDS), "--warmup-s", str(warmup_s), "--timeout-s", str(REQUEST_TIMEOUT_S),
+                 "--questions-file", str(qfile), "--events-out", str(events_file)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(warmup_s + OUTAGE_AT_S)
+            llm.stop()  # the outage: the chat model server is gone
+            time.sleep(OUTAGE_S)
+            llm = ChildServer(ANSWER_SERVER, "--slots", "512", "--latency-s", str(LATENCY_S), "--port", str(llm_port))
+            out, err = load.communicate(timeout=SECONDS + REQUEST_TIMEOUT_S + 120)
+            assert load.returncode == 0, err
+            overall = json.loads(out.strip().splitlines()[-1])
+            events = [json.loads(line) for line in events_file.read_text().splitlines()]
+            sampler.halt.set()
+            figures["rss_mb_end"] = round(rss_mb(service.pid), 1)
+            figures["rss_mb_max"] = round(max(s for _, s in sampler.samples), 1) if sampler.samples else None
+            figures["rss_mb_samples"] = len(sampler.samples)
+            figures["llm_calls_served_after_restart"] = llm.get_json("/stats", timeout=5)["served"]
+        finally:
+            if sampler is not None:
+                sampler.halt.set()
+            if service is not None:
+                service.terminate()
+                try:
+                    service.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    service.kill()
+            llm.stop()
+    summary = summarise(events)
+    out_doc = {
+        "index": {"documents": DOCS, "entities": figures["entities"], "relationships": figures["relationships"],
+                  "units": figures["units"], "communities": figures["communities"], "reports": figures["reports"],
+                  "built_by": f"make bench-scale (pipeline, scripted LLM and embeddings), work/scale/run-{DOCS}"},
+        "clients": CLIENTS, "seconds": overall["duration_s"], "rps": overall["rps"],
+        "outage": {"llm_stopped_at_s": OUTAGE_AT_S, "for_s": OUTAGE_S, "phases_by": "request start time"},
+        **summary, "load_tool_errors_by_status": overall["errors_by_status"],
+        **{k: figures[k] for k in ("rss_mb_start", "rss_mb_end", "rss_mb_max", "rss_mb_samples", "service_start_s")},
+        "in_process": {k: v for k, v in figures.items() if not k.startswith(("rss_mb", "service_start"))},
+        "llm": f"fixed_latency_answer_server.py, {LATENCY_S} s per call, 512 slots; question embeddings from "
+               "scale_server.py (64 dims), the endpoint the embed stage used",
+        "request_timeout_s": REQUEST_TIMEOUT_S, "service_workers": SERVICE_WORKERS, "service_env": ONE_THREAD,
+        "load_average_1m_after": round(os.getloadavg()[0], 1),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(out_doc, indent=2) + "\n")
+    statuses = summary["status_counts"]
+    assert "500" not in statuses, statuses  # a failing model is a 503/504, never a 500
+    hung = [k for k in statuses if k in ("ReadTimeout", "TimeoutException", "PoolTimeout", "WriteTimeout")]
+    assert not hung, statuses
+    assert summary["phases"]["after"]["ok"] > 0, summary["phases"]["after"]  # answers resume
+
+
+def pick_entities_from_questions(figures: dict) -> list[dict]:
+    """The load mix: every method, local and drift questions naming the index's own entities."""
+    names = figures.pop("_names")
+    mix = []
+    for i, (a, b) in enumerate(names):
+        mix.append({"question": f"How is {a} linked to {b or 'its partners'}?", "method": "local"})
+        mix.append({"question": f"What happened with {a}?", "method": "basic"})
+        if i % 4 == 0:
+            mix.append({"question": "What are the main themes across these documents?", "method": "global"})
+        if i % 4 == 1:
+            mix.append({"question": f"How did {a} shape its dealings with {b or 'others'}?", "method": "drift"})
+        if i % 4 == 2:
+            mix.append({"question": f"Who is {a}?", "method": "auto"})
+    return mix
