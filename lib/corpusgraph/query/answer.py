@@ -14,6 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult
 from corpusgraph.prompts import render
+from corpusgraph.query.coverage import describe
 from corpusgraph.tokens import count_tokens, truncate_tokens
 
 __all__ = [
@@ -59,6 +60,8 @@ class Answer:
     # Method-specific facts worth showing a caller (global: level used, map calls, failed map
     # answers, points kept). Plain JSON values only, so to_dict() stays serialisable.
     details: dict[str, Any] = field(default_factory=dict)
+    # How much of the index stands behind the answer, counted from the index (query/coverage.py).
+    coverage: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,6 +80,7 @@ def format_answer(answer: Answer) -> str:
         for i, c in enumerate(answer.citations, 1):
             where = f"{c.title or 'untitled'}, {c.source_uri or 'unknown source'}"
             lines.append(f"[{i}] doc {c.doc_id} ({where}) unit {c.unit_id}")
+    lines.extend(describe(answer.coverage))
     lines.append(
         f"Tokens: {answer.tokens_in} in, {answer.tokens_out} out, context {answer.context_tokens}; "
         f"LLM calls: {answer.llm_calls}; cost: ${answer.usd:.4f}"

@@ -28,11 +28,12 @@ from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel, ChatRequest, Embedder
 from corpusgraph.query.answer import Answer, ask_once, cited_tags, citations_for, fill_prompt, fit_budget, pack_blocks, unique_ordered
 from corpusgraph.query.global_search import report_block
-from corpusgraph.query.local import build_local_context, select_seeds
+from corpusgraph.query.coverage import context_coverage, seed_facts
+from corpusgraph.query.local import HOPS, build_local_context, select_seeds
 from corpusgraph.query.store import IndexMissingError, IndexStore
 from corpusgraph.tokens import count_tokens
 
-__all__ = ["drift_schema", "parse_step", "primer_reports", "drift_search", "MAX_CITED_UNITS"]
+__all__ = ["drift_schema", "parse_step", "primer_reports", "drift_coverage", "drift_search", "MAX_CITED_UNITS"]
 
 MAX_CITED_UNITS = 10
 
@@ -83,6 +84,23 @@ def primer_reports(store: IndexStore, question_vector: np.ndarray, question: str
     return ranked[:k], "entity_communities"
 
 
+def drift_coverage(store: IndexStore, primer_ids: list[str], primer_tokens: int, contexts: list,
+                   section: QuerySection) -> dict:
+    """Primer reports, then what the follow-up contexts held: their seeds (found by name or vector
+    within each follow-up question), units and documents, and the share of the budget the primer
+    and follow-up contexts used together (each has the whole budget)."""
+    seeds: dict[str, dict] = {}
+    units: list[str] = []
+    for q, ctx in contexts:
+        for seed in seed_facts(store, ctx.seed_ids, store.match_names(q)):
+            seeds.setdefault(seed["entity_id"], seed)
+        units.extend(ctx.unit_ids)
+    tokens = primer_tokens + sum(ctx.tokens for _, ctx in contexts)
+    spent = context_coverage(store, units, tokens, section.max_context_tokens * (1 + len(contexts)))
+    return {"method": "drift", "primer_reports": len(primer_ids), "follow_ups": len(contexts),
+            "seeds": list(seeds.values()), "hops": HOPS, **spent}
+
+
 def _step_request(request_id: str, prompt: str, context: str, question: str, section: QuerySection) -> ChatRequest:
     text = fill_prompt(prompt, context=context, question=question, max_follow_ups=section.drift_breadth)
     return ChatRequest(id=request_id, messages=({"role": "user", "content": text},), max_tokens=section.max_tokens,
@@ -103,8 +121,10 @@ def drift_search(
     primer_ids, source = primer_reports(store, question_vector, question, section.drift_primer_reports)
     details: dict = {"primer_reports": len(primer_ids), "primer_source": source, "follow_ups": [],
                      "rounds": 0, "failed_steps": 0}
+    contexts: list[tuple[str, object]] = []  # (question, LocalContext) of every follow-up
     if not primer_ids:
         return Answer(question=question, answer="", method="drift", details=details,
+                      coverage=drift_coverage(store, primer_ids, 0, contexts, section),
                       error="no community reports in the index; run `corpusgraph index` first")
     blocks, _ = pack_blocks([report_block(store, i, c) for i, c in enumerate(primer_ids, 1)], budget, sep="\n\n")
     primer_context = "\n\n".join(blocks)
@@ -135,13 +155,14 @@ def drift_search(
         details["follow_ups"].extend(follow_ups)
         asked.update(q.casefold() for q in follow_ups)
         vectors = embedder.embed(follow_ups)
-        contexts = [build_local_context(store, v, q, section) for q, v in zip(follow_ups, vectors)]
+        built = [build_local_context(store, v, q, section) for q, v in zip(follow_ups, vectors)]
         requests = [
             _step_request(f"drift-{depth}-{i}", drift_prompt, ctx.text, q, section)
-            for i, (q, ctx) in enumerate(zip(follow_ups, contexts))
+            for i, (q, ctx) in enumerate(zip(follow_ups, built))
             if ctx.text.strip()
         ]
-        kept = [(q, ctx) for q, ctx in zip(follow_ups, contexts) if ctx.text.strip()]
+        kept = [(q, ctx) for q, ctx in zip(follow_ups, built) if ctx.text.strip()]
+        contexts.extend(kept)
         results = chat.complete(requests) if requests else []  # one batch: concurrent
         next_round: list[str] = []
         for (q, ctx), result in zip(kept, results):
@@ -160,8 +181,10 @@ def drift_search(
 
     primer_units = [u for c in primer_ids for u in (store.communities.get(c) or {}).get("unit_ids") or ()]
     unit_ids = [u for u in unique_ordered(cited, shown + primer_units) if u in store.units][:MAX_CITED_UNITS]
+    coverage = drift_coverage(store, primer_ids, count_tokens(primer_context), contexts, section)
     if not findings:
         return Answer(question=question, answer="", method="drift", context_tokens=context_tokens, details=details,
+                      coverage=coverage,
                       citations=citations_for(unit_ids, store.units, store.docs),
                       error="every DRIFT step failed; no partial answer to reduce")
     points, _ = pack_blocks([f"[P{i}] {f}" for i, f in enumerate(findings, 1)], budget)
@@ -177,5 +200,6 @@ def drift_search(
         context_tokens=context_tokens,
         error=result.error,
         details=details,
+        coverage=coverage,
     )
 

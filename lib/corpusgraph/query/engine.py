@@ -21,6 +21,7 @@ from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult, Embedder
 from corpusgraph.query.answer import Answer
 from corpusgraph.query.basic import basic_search
+from corpusgraph.query.coverage import view_facts
 from corpusgraph.query.drift import drift_search
 from corpusgraph.query.global_search import global_search
 from corpusgraph.query.local import local_search
@@ -164,8 +165,11 @@ class QueryEngine:
         # only calls a server was paid for; a cache hit cost nothing this time.
         paid = [r for r in results if not r.cached]
         usd = sum(r.tokens_in / 1000 * self.usd_per_1k_in + r.tokens_out / 1000 * self.usd_per_1k_out for r in paid)
+        # Every answer says how much of the index it read (coverage.py), and within which view.
+        coverage = {"method": answer.method, **answer.coverage, "view": view_facts(self.store)}
         return replace(
             answer,
+            coverage=coverage,
             tokens_in=sum(r.tokens_in for r in results),
             tokens_out=sum(r.tokens_out for r in results),
             usd=usd,

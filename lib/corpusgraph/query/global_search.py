@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel, ChatRequest
 from corpusgraph.query.answer import Answer, ask_once, citations_for, fill_prompt, fit_budget, pack_blocks
+from corpusgraph.query.coverage import global_coverage
 from corpusgraph.query.store import IndexStore
 from corpusgraph.tokens import count_tokens, truncate_tokens
 
@@ -124,7 +125,7 @@ def select_communities(
         c for c in store.reports if (store.communities.get(c) or {}).get("parent_id") not in store.reports
     )
     scores: dict[str, int] = {}
-    rated = failed = rounds = 0
+    rated = failed = rounds = pruned = descended = 0
     while frontier:
         rounds += 1
         requests = [
@@ -148,15 +149,19 @@ def select_communities(
                 failed += 1
                 score = section.dynamic_threshold  # unreadable: keep the branch (module doc)
             if score < section.dynamic_threshold:
+                pruned += 1
                 continue
             scores[cid] = score
-            next_frontier += [k for k in children.get(cid, ()) if store.reports[k]["level"] <= section.dynamic_max_level]
+            below = [k for k in children.get(cid, ()) if store.reports[k]["level"] <= section.dynamic_max_level]
+            descended += bool(below)
+            next_frontier += below
         frontier = sorted(set(next_frontier))
     # A relevant child replaces its parent; a parent none of whose children was relevant stays.
     replaced = {(store.communities.get(c) or {}).get("parent_id") for c in scores}
     selected = [c for c in scores if c not in replaced]
     selected.sort(key=lambda c: (-scores[c], -float(store.reports[c].get("rating") or 0.0), c))
-    facts = {"rated": rated, "rating_failed": failed, "rounds": rounds, "selected": len(selected)}
+    facts = {"rated": rated, "rating_failed": failed, "rounds": rounds, "selected": len(selected),
+             "pruned": pruned, "descended": descended}
     return selected, facts
 
 
@@ -283,6 +288,8 @@ def global_search(
             answer="",
             method="global",
             error="no community reports in the index; run `corpusgraph index` first",
+            coverage={"method": "global", **global_coverage(store, [], map_calls=0, map_failed=0, points={},
+                                                            selection=None)},
         )
     community_ids: list[str] = []
     details_head: dict = {}
@@ -301,7 +308,22 @@ def global_search(
         )
         details_head = {**details_head, "selection": "dynamic_fallback" if details_head else "level",
                         "level": used_level}
-    return map_reduce(store, chat, question, community_ids, section, map_prompt, reduce_prompt, details_head)
+    answer = map_reduce(store, chat, question, community_ids, section, map_prompt, reduce_prompt, details_head)
+    answer.coverage = _coverage(store, community_ids, answer.details, section)
+    return answer
+
+
+def _coverage(store: IndexStore, community_ids: list[str], details: dict, section: QuerySection) -> dict:
+    selection = None
+    if details.get("selection", "level") != "level":
+        selection = {"threshold": section.dynamic_threshold, "max_level": section.dynamic_max_level,
+                     **{k: details.get(k, 0) for k in ("rated", "rating_failed", "pruned", "descended", "rounds")},
+                     "fallback": details["selection"] == "dynamic_fallback"}
+    points = {k: details.get(f"points_{k}", 0) for k in ("returned", "zero_score", "unselected", "dropped")}
+    points["kept"] = details.get("points_in_reduce", 0)
+    return {"method": "global", **global_coverage(store, community_ids, map_calls=details.get("map_calls", 0),
+                                                  map_failed=details.get("map_failed", 0), points=points,
+                                                  selection=selection)}
 
 
 def map_reduce(
@@ -329,13 +351,14 @@ def map_reduce(
     results = chat.complete(requests)  # one batch: the backend runs the map calls concurrently
 
     points: list[Point] = []
-    failed, first_error = 0, None
+    failed, first_error, returned = 0, None, 0
     for chunk, result in zip(chunks, results):
         parsed = None if result.error else parse_points(result.text, {n: cid for n, cid, _ in chunk})
         if parsed is None:
             failed += 1
             first_error = first_error or result.error or "map answer was not JSON with a list of points"
             continue
+        returned += len(parsed)
         points.extend(p for p in parsed if p.score > 0)
     failed += max(len(chunks) - len(results), 0)  # a backend that dropped results
     points.sort(key=lambda p: -p.score)  # stable: equal scores keep chunk order
@@ -346,6 +369,11 @@ def map_reduce(
         "map_failed": failed,
         "points_kept": len(points),
         "points_in_reduce": 0,
+        # For coverage: every point parsed, those scored 0 ("nothing relevant"), those in the
+        # reduce and those with a score that its budget left out.
+        "points_returned": returned,
+        "points_zero_score": returned - len(points),
+        "points_dropped": len(points),
     }
     if not points:
         failed_all = failed >= len(chunks)
@@ -362,6 +390,7 @@ def map_reduce(
     taken, _ = pack_blocks(blocks, budget)
     used_points = points[: len(taken)]
     details["points_in_reduce"] = len(used_points)
+    details["points_dropped"] = len(points) - len(used_points)
     reduce_context = fit_budget("\n".join(taken), budget)
     context_tokens += count_tokens(reduce_context)
     prompt = fill_prompt(reduce_prompt, points=reduce_context, question=question)

@@ -36,6 +36,7 @@ from corpusgraph.query.answer import (
     unique_ordered,
 )
 from corpusgraph.query.basic import NO_CONTEXT_ANSWER, unit_block
+from corpusgraph.query.coverage import context_coverage, seed_facts
 from corpusgraph.query.retrieval import rank_units, weights_from
 from corpusgraph.query.store import IndexStore
 from corpusgraph.tokens import count_tokens
@@ -47,6 +48,7 @@ __all__ = [
     "expand_neighbours",
     "build_local_context",
     "cited_unit_ids",
+    "local_coverage",
     "local_search",
 ]
 
@@ -255,6 +257,17 @@ def cited_unit_ids(store: IndexStore, ctx: LocalContext, answer_text: str | None
     return [u for u in unique_ordered(first, ctx.unit_ids + extra[:_MAX_RELATIONSHIP_UNITS]) if u in store.units]
 
 
+# Neighbourhood expansion follows one hop from the seeds (expand_neighbours); the unit ranking's
+# walk reaches further, but only through what these hops put in the context is anything shown.
+HOPS = 1
+
+
+def local_coverage(store: IndexStore, question: str, ctx: LocalContext, section: QuerySection) -> dict:
+    """Seeds and how each was found, hops, units and documents in the context, budget used."""
+    return {"method": "local", "seeds": seed_facts(store, ctx.seed_ids, store.match_names(question)), "hops": HOPS,
+            **context_coverage(store, ctx.unit_ids, ctx.tokens, section.max_context_tokens)}
+
+
 def local_search(
     store: IndexStore,
     chat: ChatModel,
@@ -272,8 +285,9 @@ def local_search(
         "reports": len(ctx.community_ids),
         "units": len(ctx.unit_ids),
     }
+    coverage = local_coverage(store, question, ctx, section)
     if not ctx.text.strip():
-        return Answer(question=question, answer=NO_CONTEXT_ANSWER, method="local", details=details)
+        return Answer(question=question, answer=NO_CONTEXT_ANSWER, method="local", details=details, coverage=coverage)
     result = ask_once(chat, "local", fill_prompt(prompt, context=ctx.text, question=question), section.max_tokens)
     unit_ids = cited_unit_ids(store, ctx, result.text)
     return Answer(
@@ -284,4 +298,5 @@ def local_search(
         context_tokens=ctx.tokens,
         error=result.error,
         details=details,
+        coverage=coverage,
     )
