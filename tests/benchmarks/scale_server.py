@@ -84,10 +84,19 @@ class Lexicon:
         for lens in self.lengths.values():
             lens.sort(reverse=True)
         kinds = {r[0]: i for i, r in enumerate(RELATIONS)}
-        self.edges: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # entity -> (src, dst, kind)
-        for s, t, k in zip(*(rels.column(c).to_pylist() for c in ("source", "target", "kind"))):
-            self.edges[s].append((s, t, kinds[k]))
-            self.edges[t].append((s, t, kinds[k]))
+        # Edges by their (unordered) pair of ends, each with its row number: a text's answer looks
+        # up the pairs among the few entities it names, so its cost does not grow with the world.
+        # (Walking every edge of each named entity did: a Zipf-popular entity has thousands in a
+        # 50k-entity world, and the single-threaded server became the extract stage's bottleneck.)
+        self.pairs: dict[tuple[int, int], list[tuple[int, int, int, int]]] = defaultdict(list)
+        for i, (s, t, k) in enumerate(zip(*(rels.column(c).to_pylist() for c in ("source", "target", "kind")))):
+            self.pairs[(min(s, t), max(s, t))].append((i, s, t, kinds[k]))
+
+    def edges_among(self, e: int, others) -> list[tuple[int, int, int]]:
+        """(src, dst, kind) of every world edge between e and one of `others` (e itself included),
+        in the relationships table's order."""
+        found = [edge for o in set(others) | {e} for edge in self.pairs.get((min(e, o), max(e, o)), ())]
+        return [(s, t, k) for _, s, t, k in sorted(found)]
 
     def find(self, text: str) -> list[tuple[str, int]]:
         """(surface as written, entity) for every form in the text, in order, longest first."""
@@ -143,7 +152,7 @@ def extraction(lex: Lexicon, text: str, schema: dict, already: set[str] | None =
     listed = {e for s, e in mentions if s.casefold() in already} | new
     rels, done = [], set()
     for e in sorted(new):
-        for s, t, k in lex.edges.get(e, ()):
+        for s, t, k in lex.edges_among(e, present):
             if s in listed and t in listed and s != t and (s, t, k) not in done and s in present and t in present:
                 done.add((s, t, k))
                 if len(rels) < _cap(rel_s, 5):
@@ -158,7 +167,7 @@ def _describe(lex: Lexicon, e: int, surface: str, abouts: dict, first_surface: d
     if fact:
         return fact[:120]
     said = [RELATIONS[k][4].format(a=first_surface[s], b=first_surface[t])
-            for s, t, k in lex.edges.get(e, ()) if s in first_surface and t in first_surface]
+            for s, t, k in lex.edges_among(e, first_surface) if s in first_surface and t in first_surface]
     return "; ".join(said)[:120] or f"{lex.types[e].lower()} named in the text"
 
 

@@ -290,3 +290,62 @@ def test_scale_whole_index():
         if entry["resolution"]:
             assert entry["resolution"]["mentions_not_in_world"] == 0
             assert 0 < entry["resolution"]["predicted_entities"]
+
+
+def test_scale_estimate():
+    """`corpusgraph estimate` (the dry run: ingest and chunk into a scratch warehouse, count, price)
+    at each size of CORPUSGRAPH_BENCH_SCALE_ESTIMATE_SIZES (none by default), timed whole and
+    recorded as the size's "estimate" entry, against the 15-minute target at 1M documents. Where
+    the size was also indexed, its estimate stands beside the actual calls and tokens."""
+    import ray
+
+    from corpusgraph.estimate import run_estimate
+
+    sizes = [int(s) for s in os.environ.get(ENV + "ESTIMATE_SIZES", "").split(",") if s.strip()]
+    if not sizes:
+        pytest.skip(f"set {ENV}ESTIMATE_SIZES (for example 1000000) to time the dry run")
+    for n in sizes:
+        corpus = ROOT / f"corpus-{n}"
+        manifest = synthetic_corpus.ensure(corpus, n, SEED)
+        run_dir = ROOT / f"estimate-{n}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        # No model is asked anything: the server only has to exist for the config to be complete.
+        cfg, _ = config_for(n, corpus, run_dir, "http://127.0.0.1:9/v1")
+        spark = start_spark(cfg, run_dir)
+        sampler = ProcessSampler()
+        sampler.start()
+        sampler.stage = "estimate"
+        load_before = os.getloadavg()
+        try:
+            t0 = time.perf_counter()
+            est, _ = run_estimate(cfg, spark, out_dir=run_dir / "out")
+            seconds = time.perf_counter() - t0
+        finally:
+            sampler.stop()
+            spark.stop()
+            ray.shutdown()
+        peaks = sampler.peaks.get("estimate", {})
+        entry = {"seconds": round(seconds, 1), "target_seconds_at_1m": 900,
+                 "documents": est.documents, "units": est.units, "llm_calls": est.llm_calls,
+                 "llm_tokens_in": est.llm_tokens_in, "llm_tokens_out": est.llm_tokens_out,
+                 "sampling": est.sampling, "driver_peak_mb": round(peaks.get("driver", 0), 1),
+                 "jvm_peak_mb": round(peaks.get("jvm", 0), 1),
+                 "loadavg_before": [round(x, 2) for x in load_before],
+                 "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+        old = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"sizes": []}
+        size = next((s for s in old["sizes"] if s["documents"] == n), None)
+        if size is None:
+            size = {"documents": n, "seed": SEED, "finished": False, "stages": {}, "not_run": list(ALL_STAGES),
+                    "not_run_reason": "only the dry run was measured at this size"}
+            old["sizes"].append(size)
+            old["sizes"].sort(key=lambda s: s["documents"])
+        actual = size["stages"].get("extract")
+        if actual:
+            entry["actual_extract_calls"] = actual["llm_calls"]
+            entry["actual_extract_tokens_in"] = actual["llm_tokens_in"]
+        size["estimate"] = entry
+        RESULTS.write_text(json.dumps(old, indent=2) + "\n")
+        print(json.dumps({"documents": n, **{k: entry[k] for k in ("seconds", "units", "llm_calls")}}), flush=True)
+        assert est.documents == manifest["documents"], (est.documents, manifest["documents"])
+        assert est.units > 0 and est.llm_calls > 0

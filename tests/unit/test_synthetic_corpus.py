@@ -135,6 +135,22 @@ def test_lexicon_finds_what_the_truth_says(corpus, lex):
     assert all(any(f in doc["text"] for f in forms[e]) for e in found)
 
 
+def test_edges_among_are_the_world_edges_between_the_named_in_table_order(corpus, lex):
+    from tests.benchmarks.synthetic_corpus import RELATIONS
+
+    kinds = {r[0]: i for i, r in enumerate(RELATIONS)}
+    rels = corpus["rels"]
+    busiest = max({r["source"] for r in rels}, key=lambda e: sum(e in (r["source"], r["target"]) for r in rels))
+    partners = [r["target"] if r["source"] == busiest else r["source"] for r in rels
+                if busiest in (r["source"], r["target"])]
+    others = set(partners[::2]) | {len(corpus["ents"]) - 1}  # every other partner, and one maybe unlinked
+    scanned = [(r["source"], r["target"], kinds[r["kind"]]) for r in rels
+               if {r["source"], r["target"]} <= others | {busiest} and busiest in (r["source"], r["target"])]
+    assert len(scanned) >= 2
+    assert lex.edges_among(busiest, others) == scanned
+    assert lex.edges_among(busiest, set()) == [e for e in scanned if e[0] == e[1]]
+
+
 def _pack_request(texts, section, priors=None):
     from corpusgraph.config import load_config
     from corpusgraph.llm.openai_http import response_format
