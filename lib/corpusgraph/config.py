@@ -335,13 +335,15 @@ class QuerySection(_Section):
     global_level: int = Field(0, ge=0, description="Community level that global search maps over when "
                               "global_dynamic is off or a level is asked for.")
     max_tokens: int = Field(300, ge=16, description="Answer token limit.")
-    # Global search's dynamic community selection and DRIFT search (query/global_search.py, drift.py).
+    # Global search's dynamic community selection and DRIFT search (query/global_select.py, drift.py).
     prompt_rate: str = Field("prompts/global_rate.txt", description="Prompt rating one report's relevance (0-5).")
     prompt_drift: str = Field("prompts/drift_primer.txt", description="DRIFT primer: partial answer + follow-ups.")
     global_dynamic: bool = Field(True, description="Without an explicit level, global search starts at the root "
                                  "reports, rates each, and descends only into relevant ones' children.")
     dynamic_threshold: int = Field(1, ge=0, le=5, description="Rating (0-5) at or above which a report is relevant.")
     dynamic_max_level: int = Field(3, ge=0, description="Deepest level dynamic selection descends to.")
+    dynamic_early_map: bool = Field(True, description="Map reports that cannot be descended into in the same "
+                                    "round as their rating (a round less; pruned ones' map tokens are spent).")
     drift_primer_reports: int = Field(3, ge=1, le=20, description="Reports nearest the question that prime DRIFT.")
     drift_breadth: int = Field(3, ge=1, le=10, description="Follow-up questions answered per DRIFT round.")
     drift_depth: int = Field(1, ge=1, le=3, description="Rounds of follow-up questions DRIFT runs.")

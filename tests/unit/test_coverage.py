@@ -73,6 +73,8 @@ def test_dynamic_selection_says_what_it_rated_pruned_and_descended(store):
     # c1a alone is mapped: u1 u2 -> 2 of 8 units and documents.
     assert cov["reports_mapped"] == 1 and cov["by_level"] == [{"level": 1, "mapped": 1, "reports": 3}]
     assert (cov["unit_share"], cov["document_share"]) == (0.25, 0.25)
+    # c1b, a leaf, was mapped with its rating and its one point dropped when it was pruned.
+    assert sel["mapped_early"] == 2 and sel["early_pruned"] == 1 and cov["points"]["unselected"] == 1
 
     fallback = engine(store, RatingChat({}, default=0), global_level=0).ask("Anything?", method="global").coverage
     assert fallback["selection"]["fallback"] is True and fallback["selection"]["pruned"] == 2

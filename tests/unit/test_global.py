@@ -46,11 +46,19 @@ class RatingChat:
         return out
 
     def rated(self) -> list[list[str]]:
-        return [sorted(r.id[5:] for r in b) for b in self.batches if b and b[0].id.startswith("rate-")]
+        """The ids rated, per batch that rated any."""
+        batches = [sorted(r.id[5:] for r in b if r.id.startswith("rate-")) for b in self.batches]
+        return [b for b in batches if b]
 
     def mapped_titles(self) -> list[str]:
+        """Every report a map request read (selected or not)."""
         return [t for b in self.batches for r in b if r.id.startswith("map-")
                 for _, t in re.findall(r"Report (\d+): (.+)", r.messages[-1]["content"])]
+
+    def reduced_titles(self) -> list[str]:
+        """The reports whose points reached the reduce, in its order (each point says "About <title>.")."""
+        prompt = next(r.messages[-1]["content"] for b in self.batches for r in b if r.id == "reduce")
+        return re.findall(r"\[P\d+\] \(importance \d+\) About (.+)\.", prompt)
 
 
 def test_dynamic_descends_only_into_relevant_branches(store):
@@ -58,7 +66,10 @@ def test_dynamic_descends_only_into_relevant_branches(store):
     answer = engine(store, chat).ask("What holds the lantern trade together?", method="global")
     # Roots first, then only the relevant root's children; c0b's subtree is never rated.
     assert chat.rated() == [["c0a", "c0b"], ["c1a", "c1b"]]
-    assert chat.mapped_titles() == ["The Lumen Guild workshop"]  # c1a replaced its parent c0a
+    assert chat.reduced_titles() == ["The Lumen Guild workshop"]  # c1a replaced its parent c0a
+    # c1a and c1b are leaves: mapped in the round that rated them, c1b's points then dropped.
+    assert chat.mapped_titles() == ["The Lumen Guild workshop", "Treaty town"]
+    assert len(chat.batches) == 3 and answer.details["points_unselected"] == 1  # rate, rate + map, reduce
     assert answer.details["selection"] == "dynamic" and answer.details["level"] == [1]
     assert answer.details["rated"] == 4 and answer.details["rounds"] == 2 and answer.details["selected"] == 1
     assert {c.unit_id for c in answer.citations} == {"u1", "u2"}
@@ -70,8 +81,10 @@ def test_a_relevant_parent_without_relevant_children_is_kept(store):
     chat = RatingChat({"c0a": 3, "c0b": 2, "c1c": 5})
     answer = engine(store, chat).ask("What holds the lantern trade together?", method="global")
     # c0a's children are both irrelevant, so c0a itself is mapped; c1c replaces c0b, ranked first.
-    assert chat.mapped_titles() == ["Company leadership", "Lantern makers of Port Keel"]
+    assert chat.reduced_titles() == ["Company leadership", "Lantern makers of Port Keel"]
     assert answer.details["level"] == [0, 1]
+    # c0a could only be mapped once its children were rated: one map round after the ratings.
+    assert len(chat.batches) == 4 and answer.details["early_pruned"] == 2
 
 
 def test_nothing_relevant_falls_back_to_mapping_the_whole_level(store):
@@ -87,7 +100,7 @@ def test_an_unreadable_rating_keeps_its_branch_and_is_counted(store):
     chat = RatingChat({"c0a": "I think it is quite relevant!", "c0b": 0, "c1a": 0, "c1b": 0})
     answer = engine(store, chat).ask("What holds the lantern trade together?", method="global")
     assert answer.details["rating_failed"] == 1
-    assert chat.mapped_titles() == ["Lantern makers of Port Keel"]
+    assert chat.reduced_titles() == ["Lantern makers of Port Keel"]
 
 
 def test_explicit_level_and_switch_turn_selection_off(store):
@@ -103,7 +116,32 @@ def test_max_level_stops_the_descent(store):
     chat = RatingChat({"c0a": 5, "c0b": 5, "c1a": 5, "c1b": 5, "c1c": 5})
     engine(store, chat, dynamic_max_level=0).ask("What holds the lantern trade together?", method="global")
     assert chat.rated() == [["c0a", "c0b"]]
-    assert sorted(chat.mapped_titles()) == ["Copper miners of Grey Hollow", "Lantern makers of Port Keel"]
+    assert sorted(chat.reduced_titles()) == ["Copper miners of Grey Hollow", "Lantern makers of Port Keel"]
+    assert len(chat.batches) == 2  # the roots are leaves here: rated and mapped in one batch, then reduce
+
+
+def test_a_leaf_is_mapped_while_rated_and_only_relevant_points_are_kept(store):
+    ask = "What holds the lantern trade together?"
+    early = RatingChat({"c0a": 4, "c0b": 0})
+    answer = engine(store, early, dynamic_max_level=0).ask(ask, method="global")
+    assert [len(b) for b in early.batches] == [3, 1]  # 2 ratings + 1 map chunk, then the reduce
+    assert early.reduced_titles() == ["Lantern makers of Port Keel"]  # c0b's point is dropped
+    assert (answer.details["mapped_early"], answer.details["early_pruned"], answer.details["points_unselected"]) == (2, 1, 1)
+    assert answer.coverage["reports_mapped"] == 1 and answer.coverage["selection"]["early_pruned"] == 1
+    assert {c.unit_id for c in answer.citations} <= {"u1", "u2", "u5", "u7"}  # c0a's units only
+    # Off: rate, then map only the relevant one, then reduce; the same report reaches the reduce.
+    late = RatingChat({"c0a": 4, "c0b": 0})
+    off = engine(store, late, dynamic_max_level=0, dynamic_early_map=False).ask(ask, method="global")
+    assert [len(b) for b in late.batches] == [2, 1, 1] and late.mapped_titles() == ["Lantern makers of Port Keel"]
+    assert late.reduced_titles() == early.reduced_titles() and off.coverage["reports_mapped"] == 1
+
+
+def test_a_fallback_to_the_level_already_mapped_costs_no_second_map(store):
+    chat = RatingChat({}, default=0)
+    answer = engine(store, chat, dynamic_max_level=0, global_level=0).ask("Anything at all?", method="global")
+    assert [len(b) for b in chat.batches] == [3, 1]  # no map round after the ratings
+    assert answer.details["selection"] == "dynamic_fallback" and answer.details["points_unselected"] == 0
+    assert sorted(chat.reduced_titles()) == ["Copper miners of Grey Hollow", "Lantern makers of Port Keel"]
 
 
 def test_parse_rating_clamps_and_refuses():
