@@ -10,6 +10,7 @@ import time
 from typing import Sequence
 
 from .config import Config, ConfigError, load_config
+from .runlock import RunLocked, refuse_if_running
 
 __all__ = ["main"]
 
@@ -34,6 +35,7 @@ def cmd_index(args) -> int:
     from .spark import build_spark
 
     cfg = _config(args)
+    refuse_if_running(cfg.storage.warehouse, cfg.storage.run_lock_stale_s)  # before the JVM starts
     t0 = time.perf_counter()
     spark = build_spark(cfg.spark, set_master=not args.submitted)
     spark.sparkContext.setLogLevel("WARN")
@@ -79,6 +81,7 @@ def cmd_update(args) -> int:
     from .update import run_update
 
     cfg = _config(args)
+    refuse_if_running(cfg.storage.warehouse, cfg.storage.run_lock_stale_s)  # before the JVM starts
     t0 = time.perf_counter()
     spark = build_spark(cfg.spark, set_master=not args.submitted)
     spark.sparkContext.setLogLevel("WARN")
@@ -290,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"corpusgraph: error: {exc}", file=sys.stderr)
         return 2
+    except RunLocked as exc:  # another run writes this warehouse: nothing was done
+        print(f"corpusgraph: refused: {exc}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -184,6 +184,8 @@ class StorageSection(_Section):
     warehouse: str = Field("work/warehouse", description="Folder (or URI) holding the Delta tables.")
     index_dir: str = Field("work/index", description="Folder for FAISS files.")
     cache_dir: str = Field("work/cache", description="LLM response cache and Spark-to-Ray hand-off files.")
+    run_lock_stale_s: float = Field(600.0, gt=0, description="A run lock (<warehouse>/_run.lock) whose heartbeat is "
+                                    "older than this is taken over; on this host, a dead holder's lock at once.")
 
 
 class IngestSection(_Section):
@@ -453,6 +455,10 @@ class ServeSection(_Section):
     rate_limit_burst: int = Field(20, ge=1, description="Requests a key may make at once before rate_limit_per_s applies.")
     cors_origins: list[str] = Field(default_factory=list, description="Browser origins allowed to call the service "
                                     "(CORS), e.g. https://app.example.com; none: CORS closed.")
+    admin_key: SecretStr | None = Field(None, description="Key for POST /admin/reload (as `X-Admin-Key`); write "
+                                        "${VAR} here. None: the endpoint is off (404).")
+    reload_poll_s: float = Field(0.0, ge=0, description="Check the warehouse for a new index version this often and "
+                                 "swap it in when no run is writing it; 0: only on POST /admin/reload.")
 
 
 
