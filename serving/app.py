@@ -25,7 +25,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from serving.engine import EngineFactory, EngineHolder, default_engine_factory
 from serving.limits import BodyLimit, RateLimiter, internal_error, validation_error
 from serving.metrics import ServiceMetrics
-from serving.routers import graph, health, query
+from serving.routers import admin, graph, health, query
 from serving.settings import ServiceSettings
 
 __all__ = ["create_app"]
@@ -66,15 +66,40 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.executor = ThreadPoolExecutor(settings.max_concurrent_queries, thread_name_prefix="corpusgraph-query")
     # Loading runs beside the server rather than before it, so probes see 503 while it runs.
     loader = asyncio.create_task(asyncio.to_thread(holder.load, app.state.engine_factory, settings))
+    poller = asyncio.create_task(_poll(holder, settings, loader)) if settings.reload_poll_s > 0 else None
     try:
         yield
     finally:
+        if poller is not None:
+            poller.cancel()
         # A load still in progress cannot be interrupted (it is a thread); wait for it, so that
         # a model server it started is stopped below rather than left running.
         await loader
         # Questions still queued are dropped; a running one keeps its thread until it returns.
         app.state.executor.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(holder.close)
+
+
+async def _poll(holder: EngineHolder, settings: ServiceSettings, loaded: asyncio.Task) -> None:
+    """Every reload_poll_s, swap in the index's newest version if there is one and no run is
+    writing it (EngineHolder.reload says nothing changed otherwise)."""
+    from serving.versions import IndexChanging
+
+    await asyncio.shield(loaded)
+    while True:
+        await asyncio.sleep(settings.reload_poll_s)
+        try:
+            await asyncio.to_thread(holder.reload, settings)
+        except IndexChanging as exc:
+            log.info("index reload postponed: %s", exc)
+        except Exception:  # the version being served stays; the next poll tries again
+            log.exception("index reload failed")
+
+
+def _run_in_progress(warehouse: str) -> str | None:
+    from corpusgraph.runlock import running
+
+    return running(warehouse)
 
 
 def create_app(settings: ServiceSettings, engine_factory: EngineFactory | None = None) -> FastAPI:
@@ -87,7 +112,7 @@ def create_app(settings: ServiceSettings, engine_factory: EngineFactory | None =
     app = FastAPI(title="corpusgraph", version=_version(), description=_DESCRIPTION, lifespan=_lifespan)
     app.state.settings = settings
     app.state.engine_factory = engine_factory or default_engine_factory
-    app.state.engine = EngineHolder()
+    app.state.engine = EngineHolder(busy=_run_in_progress)
     app.state.metrics = ServiceMetrics(lambda: app.state.engine.load_seconds)
     app.state.limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
     # Innermost first: the body limit runs before any route, inside the metrics (which count
@@ -102,6 +127,7 @@ def create_app(settings: ServiceSettings, engine_factory: EngineFactory | None =
     app.include_router(health.router)
     app.include_router(query.build_router(settings))
     app.include_router(graph.build_router(settings))
+    app.include_router(admin.router)
     if not settings.api_keys:
         log.warning("no API keys configured: anyone who can reach this service can query it (local use only)")
     return app

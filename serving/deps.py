@@ -10,16 +10,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from fastapi import Depends, Header, HTTPException, Request, Security
+from fastapi import Depends, Header, HTTPException, Request, Response, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from corpusgraph.query.engine import QueryEngine
 from corpusgraph.query.store import IndexStore
-from serving.engine import EngineHolder
+from serving.engine import EngineHolder, Loaded
 from serving.limits import RateLimiter
 from serving.settings import ServiceSettings, key_domains
 
-__all__ = ["Caller", "get_settings", "get_holder", "get_engine", "require_api_key", "get_view"]
+__all__ = ["Caller", "get_settings", "get_holder", "get_loaded", "get_engine", "get_index_version", "require_api_key",
+           "get_view"]
 
 # auto_error=False: a missing header is not an error when the service has no keys, and when it
 # has keys the 401 below names both ways to send one.
@@ -43,12 +44,26 @@ def get_holder(request: Request) -> EngineHolder:
     return request.app.state.engine
 
 
-def get_engine(request: Request) -> QueryEngine:
+def get_loaded(request: Request, response: Response) -> Loaded:
+    """The engine and index version this request answers from, taken once (FastAPI caches a
+    dependency per request), so a reload during the request does not change what it reads.
+    The response names the version in `X-Index-Version`."""
     holder: EngineHolder = request.app.state.engine
-    if holder.engine is None:
+    loaded = holder.current
+    if loaded is None:
         # 503 with Retry-After: the standard "not yet" a client or proxy knows how to wait on.
         raise HTTPException(503, detail=holder.not_ready_message(), headers={"Retry-After": "5"})
-    return holder.engine
+    if loaded.version is not None:
+        response.headers["X-Index-Version"] = loaded.version
+    return loaded
+
+
+def get_engine(loaded: Loaded = Depends(get_loaded)) -> QueryEngine:
+    return loaded.engine
+
+
+def get_index_version(loaded: Loaded = Depends(get_loaded)) -> str | None:
+    return loaded.version
 
 
 def require_api_key(

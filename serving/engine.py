@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Union
 
 from corpusgraph.query.engine import QueryEngine
+from corpusgraph.tables import table_path
 from serving.settings import ServiceSettings
 
-__all__ = ["EngineFactory", "EngineHolder", "default_engine_factory", "scrub_paths"]
+__all__ = ["EngineFactory", "EngineHolder", "Loaded", "default_engine_factory", "scrub_paths"]
 
 log = logging.getLogger(__name__)
 
@@ -61,43 +64,127 @@ def scrub_paths(text: str) -> str:
     return _PATH.sub("<path>", text)
 
 
-class EngineHolder:
-    """Holds the engine once loaded, or the reason loading failed; `status` says which."""
+@dataclass(frozen=True)
+class Loaded:
+    """An engine and the index version its store holds. A request takes one Loaded at its
+    start and answers from it throughout, so a reload swapping in the next one never gives a
+    request parts of two versions."""
 
-    def __init__(self) -> None:
-        self.engine: QueryEngine | None = None
+    engine: QueryEngine
+    version: str | None  # versions.version_id; None for an engine without a Delta store (tests)
+    versions: dict[str, int] = field(default_factory=dict)
+
+
+def _reopen(store):
+    """A fresh store over the same warehouse and vector indexes: what a reload loads."""
+    return type(store)(store.warehouse, store.index_dir)
+
+
+def _committed_since(warehouse: str, since_s: float) -> bool:
+    """Whether any query table has a commit at or after `since_s` (epoch seconds)."""
+    from deltalake import DeltaTable
+
+    from serving.versions import table_versions
+
+    for name in table_versions(warehouse):
+        last = DeltaTable(table_path(warehouse, name)).history(1)
+        # Commit timestamps are whole ms; one in the same ms as `since_s` counts as after it.
+        if last and last[0].get("timestamp", 0) >= int(since_s * 1000):
+            return True
+    return False
+
+
+class EngineHolder:
+    """Holds the engine once loaded, or the reason loading failed; `status` says which.
+
+    `current` is replaced whole by `reload`, in one assignment, never changed in place.
+    """
+
+    def __init__(self, busy: Callable[[str], str | None] = lambda warehouse: None,
+                 store_loader: Callable[[Any], Any] = _reopen) -> None:
+        self.current: Loaded | None = None
         self.error: str | None = None
         self.load_seconds: float | None = None
+        self.busy = busy  # warehouse -> the run writing it, or None (corpusgraph.runlock)
+        self.store_loader = store_loader
         self._stack = ExitStack()
+        self._reload_lock = threading.Lock()
+
+    @property
+    def engine(self) -> QueryEngine | None:
+        current = self.current
+        return None if current is None else current.engine
 
     @property
     def status(self) -> str:
-        if self.engine is not None:
+        if self.current is not None:
             return "ready"
         return "failed" if self.error else "loading"
 
     def load(self, factory: EngineFactory, settings: ServiceSettings) -> None:
         """Blocking: call the factory once and keep what it gives. Runs on a worker thread."""
-        begin = time.monotonic()
+        begin, wall = time.monotonic(), time.time()
         try:
             made: Any = factory(settings)
             engine = self._stack.enter_context(made) if isinstance(made, AbstractContextManager) else made
-            # Each key's view of the index is built now, so "ready" means every configured
-            # caller's first question pays nothing extra.
             store = getattr(engine, "store", None)
-            for domains in sorted(settings.domain_sets(), key=sorted) if store is not None else ():
-                store.restricted(domains)
+            warehouse = getattr(store, "warehouse", None)
+            loaded = Loaded(engine, None)
+            if warehouse is not None:
+                from serving.versions import load_consistent, table_versions, version_id
+
+                if _committed_since(warehouse, wall):  # a run committed while the factory read: read again
+                    store, versions = load_consistent(warehouse, lambda: self.store_loader(store),
+                                                      busy=lambda: self.busy(warehouse))
+                    engine = engine.with_store(store)
+                else:
+                    versions = table_versions(warehouse)
+                loaded = Loaded(engine, version_id(versions), versions)
+            self._build_views(store, settings)
         except Exception as exc:  # the service stays up and says why on /readyz
             log.exception("could not open the query engine")
             self.error = scrub_paths(f"{type(exc).__name__}: {exc}")
         else:
-            self.engine = engine
+            self.current = loaded
             self.load_seconds = time.monotonic() - begin
-            log.info("query engine ready in %.1f s: %r", self.load_seconds, getattr(engine, "store", engine))
+            log.info("query engine ready in %.1f s, index version %s: %r", self.load_seconds, loaded.version,
+                     getattr(engine, "store", engine))
+
+    @staticmethod
+    def _build_views(store, settings: ServiceSettings) -> None:
+        # Each key's view of the index is built now, so "ready" means every configured
+        # caller's first question pays nothing extra.
+        for domains in sorted(settings.domain_sets(), key=sorted) if store is not None else ():
+            store.restricted(domains)
+
+    def reload(self, settings: ServiceSettings) -> tuple[Loaded, bool]:
+        """Blocking: load the index's latest version beside the one served, then swap it in.
+
+        Returns the Loaded now served and whether it changed. Raises versions.IndexChanging while
+        a run writes the warehouse or its tables move during the load; the old version is kept.
+        """
+        from serving.versions import IndexChanging, load_consistent, table_versions, version_id
+
+        with self._reload_lock:  # one reload at a time; readers never wait on it
+            current = self.current
+            store = getattr(getattr(current, "engine", None), "store", None)
+            if current is None or getattr(store, "warehouse", None) is None:
+                raise IndexChanging("no index is loaded to reload; GET /readyz says when it is")
+            warehouse = store.warehouse
+            if table_versions(warehouse) == current.versions:
+                return current, False
+            begin = time.monotonic()
+            fresh, versions = load_consistent(warehouse, lambda: self.store_loader(store),
+                                              busy=lambda: self.busy(warehouse))
+            self._build_views(fresh, settings)
+            self.current = Loaded(current.engine.with_store(fresh), version_id(versions), versions)
+            log.info("index version %s -> %s in %.1f s", current.version, self.current.version,
+                     time.monotonic() - begin)
+            return self.current, True
 
     def close(self) -> None:
         """Blocking: release what the factory opened (stops an embedded model server)."""
-        self.engine = None
+        self.current = None
         self._stack.close()
 
     def not_ready_message(self) -> str:

@@ -70,6 +70,9 @@ class ServiceSettings(BaseModel):
                                     description="Requests per second per API key on /v1 routes; 0: no limit.")
     rate_limit_burst: int = Field(_default("rate_limit_burst"), ge=1, description="The token bucket's size.")
     cors_origins: list[str] = Field(default_factory=list, description="Origins allowed by CORS; none: closed.")
+    admin_key: SecretStr | None = Field(None, description="Key for POST /admin/reload; None: the endpoint is off.")
+    reload_poll_s: float = Field(_default("reload_poll_s"), ge=0,
+                                 description="Seconds between checks for a new index version; 0: no polling.")
 
     @field_validator("api_keys", mode="before")
     @classmethod
@@ -102,7 +105,7 @@ class ServiceSettings(BaseModel):
             keys += read_key_file(serve.api_key_file)
         fields = ("max_question_chars", "max_top_k", "max_level", "max_page_size", "request_timeout_s",
                   "max_concurrent_queries", "max_body_bytes", "body_timeout_s", "rate_limit_per_s",
-                  "rate_limit_burst", "cors_origins")
+                  "rate_limit_burst", "cors_origins", "admin_key", "reload_poll_s")
         values: dict[str, Any] = {name: getattr(serve, name) for name in fields}
         values.update(chosen)
         values["api_keys"] = keys + list(values.get("api_keys", []))

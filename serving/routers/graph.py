@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from pydantic import BaseModel, Field
 
 from corpusgraph.query.store import IndexStore
-from serving.deps import get_view
+from serving.deps import get_index_version, get_view
 from serving.routers.query import Problem  # one error schema in the OpenAPI document
 from serving.settings import ServiceSettings
 
@@ -89,6 +89,7 @@ class EntityDetail(BaseModel):
     units: list[UnitOut] = Field(description="The text units the entity was extracted from, at most `limit`.")
     documents: list[DocumentOut] = Field(description="The documents of `units`.")
     truncated: bool = Field(description="True when `limit` cut relationships, claims or units.")
+    index_version: str | None = Field(None, description="The index version that answered (also X-Index-Version).")
 
 
 class Finding(BaseModel):
@@ -108,12 +109,14 @@ class CommunityDetail(CommunityRef):
     entities: list[NeighbourOut] = Field(description="Members (rel_ids: the community's edges at that member).")
     children: list[str] = Field(description="Sub-communities one level down this caller can see.")
     report: ReportOut | None
+    index_version: str | None = Field(None, description="The index version that answered (also X-Index-Version).")
 
 
 class CommunityPage(BaseModel):
     levels: list[int] = Field(description="Levels with at least one community this caller can see.")
     total: int = Field(description="Communities matching the filter, before offset and limit.")
     communities: list[CommunityRef]
+    index_version: str | None = Field(None, description="The index version that answered (also X-Index-Version).")
 
 
 def _pick(row: dict, model: type[BaseModel], **extra: Any) -> dict:
@@ -163,6 +166,7 @@ def build_router(settings: ServiceSettings) -> APIRouter:
         entity_id: str = Path(..., min_length=1, max_length=256),
         limit: int = Query(min(50, page), ge=1, le=page, description="Most relationships, claims and units returned."),
         store: IndexStore = Depends(get_view),
+        version: str | None = Depends(get_index_version),
     ) -> EntityDetail:
         """The entity, its relationships and the entities at their other ends, its claims, the
         communities it belongs to, and the text units and documents it was extracted from."""
@@ -196,6 +200,7 @@ def build_router(settings: ServiceSettings) -> APIRouter:
             units=[UnitOut(**_pick(store.units[u], UnitOut)) for u in unit_ids],
             documents=[DocumentOut(**_pick(store.docs[d], DocumentOut)) for d in doc_ids if d in store.docs],
             truncated=truncated,
+            index_version=version,
         )
 
     @router.get("/v1/communities", response_model=CommunityPage, summary="Communities, with report titles and ratings")
@@ -204,19 +209,22 @@ def build_router(settings: ServiceSettings) -> APIRouter:
         limit: int = Query(min(100, page), ge=1, le=page),
         offset: int = Query(0, ge=0, le=10_000_000),
         store: IndexStore = Depends(get_view),
+        version: str | None = Depends(get_index_version),
     ) -> CommunityPage:
         """Communities this key can see: by level, then by report rating (highest first). A
         community mixing documents of domains the key may not read is left out whole, with its
         report (see corpusgraph.query.access)."""
         ordered = _listing_order(store, level)
         return CommunityPage(levels=sorted(store.communities_by_level), total=len(ordered),
-                             communities=[_community_ref(store, c) for c in ordered[offset: offset + limit]])
+                             communities=[_community_ref(store, c) for c in ordered[offset: offset + limit]],
+                             index_version=version)
 
     @router.get("/v1/communities/{community_id}", response_model=CommunityDetail, summary="A community and its report",
                 responses={404: {"model": Problem, "description": "No such community visible to this key"}})
     def community(
         community_id: str = Path(..., min_length=1, max_length=256),
         store: IndexStore = Depends(get_view),
+        version: str | None = Depends(get_index_version),
     ) -> CommunityDetail:
         com = store.communities.get(community_id)
         if com is None:
@@ -236,6 +244,7 @@ def build_router(settings: ServiceSettings) -> APIRouter:
             children=children,
             report=None if report is None else ReportOut(
                 **_pick(report, ReportOut, findings=[f for f in report.get("findings") or () if f])),
+            index_version=version,
         )
 
     return router

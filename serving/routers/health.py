@@ -30,6 +30,8 @@ class Readiness(BaseModel):
     tables: dict[str, int] = Field(default_factory=dict, description="Rows loaded, by Delta table name.")
     report_levels: list[int] = Field(default_factory=list, description="Community levels that have reports.")
     load_seconds: float | None = None
+    index_version: str | None = Field(None, description="The index version answering now (X-Index-Version).")
+    table_versions: dict[str, int] = Field(default_factory=dict, description="Delta version of each table loaded.")
     error: str | None = Field(None, description="Why loading failed; the log has the traceback.")
 
 
@@ -45,8 +47,11 @@ async def healthz() -> Health:
     responses={503: {"model": Readiness, "description": "Still loading, or loading failed"}},
 )
 async def readyz(holder: EngineHolder = Depends(get_holder)):
+    loaded = holder.current
     store = getattr(holder.engine, "store", None)
     body = Readiness(
+        index_version=getattr(loaded, "version", None),
+        table_versions=getattr(loaded, "versions", None) or {},
         status=holder.status,
         tables=holder.table_counts(),
         report_levels=store.report_levels() if store is not None else [],

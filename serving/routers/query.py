@@ -10,6 +10,7 @@ threads so the event loop keeps serving /readyz and other callers meanwhile.
 # in module globals, and QueryRequest is local to build_router.
 import asyncio
 import copy
+import dataclasses
 import functools
 from typing import Literal
 
@@ -19,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from corpusgraph.query.answer import Answer
 from corpusgraph.query.engine import METHODS, QueryEngine
 from corpusgraph.query.store import IndexMissingError
-from serving.deps import Caller, get_engine, get_settings, require_api_key
+from serving.deps import Caller, get_engine, get_index_version, get_settings, require_api_key
 from serving.settings import ServiceSettings
 
-__all__ = ["build_router", "Problem"]
+__all__ = ["build_router", "Problem", "ServedAnswer"]
 
 # A tuple subscript spreads into the literal's values, so the engine's METHODS stay the one list.
 Method = Literal[METHODS]  # type: ignore[valid-type]
@@ -30,6 +31,18 @@ Method = Literal[METHODS]  # type: ignore[valid-type]
 
 class Problem(BaseModel):
     detail: str
+
+
+@dataclasses.dataclass
+class ServedAnswer(Answer):
+    """The engine's Answer and the index version that gave it (also in `X-Index-Version`)."""
+
+    index_version: str | None = None
+
+
+def _served(answer: Answer, version: str | None) -> ServedAnswer:
+    kept = {f.name: getattr(answer, f.name) for f in dataclasses.fields(Answer)}
+    return ServedAnswer(**kept, index_version=version)
 
 
 def build_router(settings: ServiceSettings) -> APIRouter:
@@ -58,7 +71,7 @@ def build_router(settings: ServiceSettings) -> APIRouter:
 
     @router.post(
         "/v1/query",
-        response_model=Answer,
+        response_model=ServedAnswer,
         summary="Answer a question with citations",
         responses={
             400: {"model": Problem, "description": "The engine refused the question"},
@@ -74,7 +87,8 @@ def build_router(settings: ServiceSettings) -> APIRouter:
         caller: Caller = Depends(require_api_key),
         engine: QueryEngine = Depends(get_engine),
         settings: ServiceSettings = Depends(get_settings),
-    ) -> Answer:
+        version: str | None = Depends(get_index_version),
+    ) -> ServedAnswer:
         """The answer, the method used (and why, for auto), citations down to text units and
         documents, tokens and dollars, from only what the key's access domains allow. A model
         failure is reported in `error`, with whatever the method could still say: the same Answer
@@ -96,7 +110,7 @@ def build_router(settings: ServiceSettings) -> APIRouter:
         except ValueError as exc:  # the engine's own checks, e.g. a level it cannot use
             raise HTTPException(400, detail=str(exc)) from exc
         request.app.state.metrics.observe_answer(answer)
-        return answer
+        return _served(answer, version)
 
     return router
 
