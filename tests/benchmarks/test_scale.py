@@ -218,6 +218,8 @@ def linearity(sizes: list[dict]) -> dict:
         ratios = {}
         for stage, b in big["stages"].items():
             a = small["stages"].get(stage)
+            if stage in big.get("resumed_stages", []) + small.get("resumed_stages", []):
+                continue  # a resumed stage's seconds cover only the part after the stop
             if a and a["seconds"] > 0:
                 ratios[stage] = round((b["seconds"] / big["documents"]) / (a["seconds"] / small["documents"]), 2)
         out[f"{big['documents']}_vs_{small['documents']}"] = ratios
