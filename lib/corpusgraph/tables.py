@@ -124,6 +124,16 @@ _ALL = [
         ("tokens_in", pa.int64()), ("tokens_out", pa.int64()),
     ),
     _t(
+        "community_domain_reports", ("community_id", "domain"),
+        "reports.per_domain: a community whose units span several access domains gets one report per domain, "
+        "written only from that domain's units, entities and relationships (query/access.py shows them to "
+        "callers of that domain who cannot see the whole community).",
+        ("community_id", pa.string()), ("domain", pa.string()), ("level", pa.int32()), ("title", pa.string()),
+        ("summary", pa.string()), ("findings", pa.list_(_FINDING)), ("rating", pa.float64()),
+        ("rating_explanation", pa.string()), ("built_from", pa.string()), ("status", pa.string()),
+        ("error", pa.string()), ("model", pa.string()), ("tokens_in", pa.int64()), ("tokens_out", pa.int64()),
+    ),
+    _t(
         "embeddings", ("kind", "id", "model"), "Vectors for units, entities and reports.",
         ("kind", pa.string()), ("id", pa.string()), ("model", pa.string()), ("text_hash", pa.string()),
         ("vector", pa.list_(pa.float32())),

@@ -179,9 +179,11 @@ def build_tiny_index(root: Path) -> tuple[str, str]:
                        domains=dict.fromkeys(DOCS, "default"), deleted={"d9"})
 
 
-def build_index(root: Path, docs, entities, rels, claims, communities, reports, *, domains, deleted=frozenset()):
+def build_index(root: Path, docs, entities, rels, claims, communities, reports, *, domains, deleted=frozenset(),
+                domain_reports=None):
     """Write a world (shaped like the module's constants) under `root`. A document `dX` has one
-    unit `uX`; `domains` maps each document id to its access domain."""
+    unit `uX`; `domains` maps each document id to its access domain; `domain_reports` maps
+    (community id, domain) to (title, summary, rating), written as community_domain_reports."""
     from corpusgraph.query.vectors import write_index
 
     wh, index_dir = root / "warehouse", root / "faiss"
@@ -218,6 +220,13 @@ def build_index(root: Path, docs, entities, rels, claims, communities, reports, 
              status="ok", error=None, model="test", tokens_in=0, tokens_out=0)
         for c, (t, s, rt) in reports.items()
     ])
+    if domain_reports:
+        _write(wh, "community_domain_reports", [
+            dict(community_id=c, domain=d, level=communities[c][0], title=t, summary=s, rating=rt,
+                 rating_explanation="", findings=[{"summary": a, "explanation": b} for a, b in _FINDINGS],
+                 built_from="entities", status="ok", error=None, model="test", tokens_in=0, tokens_out=0)
+            for (c, d), (t, s, rt) in domain_reports.items()
+        ])
     write_index(str(index_dir), "text_unit", [u["unit_id"] for u in units], fake_embed([u["text"] for u in units]),
                 FakeEmbedder.model)
     entity_texts = [f"{t}: {de}" for t, _, de, _ in entities.values()]
@@ -299,9 +308,24 @@ def two_domain_world():
     return docs, entities, rels, CLAIMS + VAULT_CLAIMS, communities, reports, domains
 
 
-def build_two_domain_index(root: Path) -> tuple[str, str]:
+# Per-domain reports (reports.per_domain) of the two communities that mix domains: c0a (the cartel
+# joined the lantern makers) and c1b (Port Keel is also named in a vault document). Each is
+# written as the stage would write it, from its own domain's units, entities and relationships.
+DOMAIN_REPORTS = {
+    ("c0a", "public"): ("Lantern makers of Port Keel", "The Lumen Guild, its founder Mara Voss and the harbour town.", 8.0),
+    ("c0a", "vault"): ("Cartel at the harbour", "The Obsidian Cartel bribes Port Keel's harbour master with moonpearls.",
+                       7.0),
+    ("c1b", "public"): ("Treaty town", "Port Keel hosted the signing of the Saltmarsh Treaty and holds the lantern "
+                        "festival.", 6.0),
+    ("c1b", "vault"): ("Bribed harbour", "Port Keel's harbour master takes moonpearls from the cartel.", 5.0),
+}
+
+
+def build_two_domain_index(root: Path, per_domain: bool = False) -> tuple[str, str]:
+    """The two-domain world; with `per_domain`, also DOMAIN_REPORTS."""
     docs, entities, rels, claims, communities, reports, domains = two_domain_world()
-    return build_index(root, docs, entities, rels, claims, communities, reports, domains=domains, deleted={"d9"})
+    return build_index(root, docs, entities, rels, claims, communities, reports, domains=domains, deleted={"d9"},
+                       domain_reports=DOMAIN_REPORTS if per_domain else None)
 
 
 class EchoChat(ScriptedChat):

@@ -21,7 +21,15 @@ from fastapi.testclient import TestClient
 
 from corpusgraph.config import Config
 from corpusgraph.query.engine import METHODS
-from tests.unit.query_fixtures import VAULT_SECRETS, EchoChat, build_two_domain_index, fake_embed, make_engine
+from corpusgraph.query.access import domain_view_id
+from tests.unit.query_fixtures import (
+    DOMAIN_REPORTS,
+    VAULT_SECRETS,
+    EchoChat,
+    build_two_domain_index,
+    fake_embed,
+    make_engine,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -51,15 +59,24 @@ def full(tmp_path_factory):
     return IndexStore(*build_two_domain_index(tmp_path_factory.mktemp("two-domains")))
 
 
+# The attack runs on the index as it was (a mixed community hidden whole) and with per-domain
+# reports (reports.per_domain), which show a public key the public report of c0a and c1b.
+@pytest.fixture(scope="module", params=[False, True], ids=["hidden-whole", "per-domain-reports"])
+def world(request, tmp_path_factory):
+    from corpusgraph.query.store import IndexStore
+
+    return IndexStore(*build_two_domain_index(tmp_path_factory.mktemp("world"), per_domain=request.param))
+
+
 @pytest.fixture(scope="module")
-def service(full):
+def service(world):
     from serving import ServiceSettings, create_app
 
     chat = EchoChat()
     keys = [{"name": "public-app", "key": PUBLIC, "domains": ["public"]},
             {"name": "vault-app", "key": VAULT, "domains": ["vault"]},
             {"name": "admin", "key": ADMIN, "domains": ["*"]}]
-    app = create_app(ServiceSettings(config=Config(), api_keys=keys), engine_factory=lambda _s: make_engine(full, chat))
+    app = create_app(ServiceSettings(config=Config(), api_keys=keys), engine_factory=lambda _s: make_engine(world, chat))
     with TestClient(app) as client:
         deadline = time.monotonic() + 30
         while client.get("/readyz").status_code != 200:
@@ -98,6 +115,27 @@ def test_the_vault_view_and_an_all_domain_view(full):
     both = full.restricted({"public", "vault"})
     assert _ids(both) == _ids(full)  # nothing is hidden from a key that reads every domain
     assert full.restricted(None) is full
+
+
+def test_per_domain_reports_show_each_view_its_own_domains_report_of_a_mixed_community(tmp_path):
+    from corpusgraph.query.store import IndexStore
+
+    full = IndexStore(*build_two_domain_index(tmp_path, per_domain=True))
+    assert set(full.reports) == set(IndexStore(*build_two_domain_index(tmp_path / "plain")).reports)  # unrestricted: as before
+    public, vault = full.restricted({"public"}), full.restricted({"vault"})
+    c0a, c1b = domain_view_id("c0a", "public"), domain_view_id("c1b", "public")
+    assert set(public.reports) == {"c0b", "c1a", "c1c", c0a, c1b}
+    assert public.reports[c0a]["summary"] == DOMAIN_REPORTS[("c0a", "public")][1]
+    # The view's c0a: the public entities among its members, its public units; c1a and c1b under it.
+    assert public.communities[c0a]["entity_ids"] == ["e_lumen", "e_mara", "e_tobin", "e_treaty"]
+    assert public.communities[c0a]["unit_ids"] == ["u1", "u2", "u5", "u7"] and public.communities[c0a]["level"] == 0
+    assert public.communities["c1a"]["parent_id"] == c0a and public.communities[c1b]["parent_id"] == c0a
+    assert public.reports_by_level[0] == sorted(["c0b", c0a])
+    assert public.partial_communities == {"c0a", "c1b"}
+    assert vault.reports[domain_view_id("c0a", "vault")]["title"] == "Cartel at the harbour"
+    assert set(full.restricted({"public", "vault"}).reports) == set(full.reports)  # sees the whole: no split
+    # Ids say nothing about the community: not its id, not its domain.
+    assert "c0a" not in c0a and "public" not in c0a and c0a != domain_view_id("c0a", "vault")
 
 
 def test_views_are_built_once_per_domain_set_and_narrow(full):
@@ -172,7 +210,7 @@ def _ask_everything(client, key: str) -> list[tuple[str, int, str]]:
     return out
 
 
-def test_no_method_leaks_another_domain_into_answers_citations_or_prompts(service, full):
+def test_no_method_leaks_another_domain_into_answers_citations_or_prompts(service, world):
     client, chat = service
     before = len(chat.batches)
     answers = _ask_everything(client, PUBLIC)
@@ -184,7 +222,13 @@ def test_no_method_leaks_another_domain_into_answers_citations_or_prompts(servic
     # The public key was answered from public material: the echo carries public facts and citations.
     local = json.loads(next(b for label, _, b in answers if label.startswith("local {}")))
     assert "Lumen Guild" in local["answer"] and local["citations"]
-    assert all(c["doc_id"] in full.restricted({"public"}).docs for _, _, b in answers
+    if world.domain_reports:  # the public report of the mixed c0a is what global and drift now read
+        public_c0a = DOMAIN_REPORTS[("c0a", "public")][1]
+        for method in ("global", "drift"):
+            assert any(public_c0a in b for label, _, b in answers if label.startswith(method)), method
+        level0 = json.loads(next(b for label, _, b in answers if label.startswith("global {'level': 0}")))
+        assert level0["coverage"]["reports_mapped"] == 2 and level0["coverage"]["document_share"] == 1.0
+    assert all(c["doc_id"] in world.restricted({"public"}).docs for _, _, b in answers
                for c in json.loads(b).get("citations", []))
 
 
@@ -208,9 +252,10 @@ def _same_404(client, path: str, hidden_id: str, key: str = PUBLIC) -> None:
     assert r.json()["detail"].replace(hidden_id, "never-existed") == never.json()["detail"]  # no tell-tale difference
 
 
-def test_entities_and_communities_endpoints_show_nothing_of_the_vault(service, full):
+def test_entities_and_communities_endpoints_show_nothing_of_the_vault(service, world):
     client, _ = service
     bodies = []
+    full = world
     for eid in full.entities:
         if eid in HIDDEN_FROM_PUBLIC["entities"]:
             _same_404(client, "/v1/entities/{}", eid)
@@ -218,10 +263,11 @@ def test_entities_and_communities_endpoints_show_nothing_of_the_vault(service, f
             r = client.get(f"/v1/entities/{eid}", params={"limit": 200}, headers={"X-API-Key": PUBLIC})
             assert r.status_code == 200
             bodies.append((eid, r.text))
-    for cid in full.communities:
+    public = full.restricted({"public"})
+    for cid in list(full.communities) + [c for c in public.communities if c not in full.communities]:
         if cid in HIDDEN_FROM_PUBLIC["communities"]:
             _same_404(client, "/v1/communities/{}", cid)
-        else:
+        else:  # a public community, or (per-domain reports) a public report of a mixed one
             r = client.get(f"/v1/communities/{cid}", headers={"X-API-Key": PUBLIC})
             assert r.status_code == 200
             bodies.append((cid, r.text))
@@ -238,15 +284,18 @@ def test_entities_and_communities_endpoints_show_nothing_of_the_vault(service, f
     assert iron["entity"]["degree"] == 3 and {c["claim_id"] for c in iron["claims"]} == {"k1"}
     assert {n["entity_id"] for n in iron["neighbours"]} == {"e_lumen", "e_ilsa", "e_grey"}
     level0 = client.get("/v1/communities", params={"level": 0}, headers={"X-API-Key": PUBLIC}).json()
-    assert [c["community_id"] for c in level0["communities"]] == ["c0b"] and level0["levels"] == [0, 1]
+    partial = [domain_view_id("c0a", "public")] if full.domain_reports else []
+    assert sorted(c["community_id"] for c in level0["communities"]) == sorted(["c0b"] + partial)
+    assert level0["levels"] == [0, 1]
 
 
-def test_asking_for_a_domain_the_key_lacks_is_403_and_says_only_that(service):
+def test_asking_for_a_domain_the_key_lacks_is_403_and_says_only_that(service, world):
     client, _ = service
     r = client.get("/v1/communities", headers={"X-API-Key": PUBLIC, "X-Access-Domains": "public,vault"})
     assert r.status_code == 403
     assert r.json() == {"detail": "this API key may not read domain(s) vault (X-Access-Domains)"}
     narrowed = client.get("/v1/communities", headers={"X-API-Key": ADMIN, "X-Access-Domains": "public"}).json()
-    assert {c["community_id"] for c in narrowed["communities"]} == {"c0b", "c1a", "c1c", "c1d"}
+    partial = {domain_view_id(c, "public") for c in ("c0a", "c1b")} if world.domain_reports else set()
+    assert {c["community_id"] for c in narrowed["communities"]} == {"c0b", "c1a", "c1c", "c1d"} | partial
     assert client.get("/v1/entities/ev_vault", headers={"X-API-Key": ADMIN}).status_code == 200
     assert client.get("/v1/entities/e_mara", headers={"X-API-Key": "guess"}).status_code == 401

@@ -180,3 +180,15 @@ def test_the_shell_text_shows_coverage(store):
     local = format_answer(engine(store, ScriptedChat("x"), top_k_entities=1).ask("Who taught Tobin Hale?",
                                                                                   method="local"))
     assert "Coverage: seeds Tobin Hale (name); 1 hop(s);" in local
+
+
+def test_per_domain_reports_raise_a_restricted_keys_coverage(tmp_path):
+    from corpusgraph.query.store import IndexStore
+
+    view = IndexStore(*build_two_domain_index(tmp_path, per_domain=True)).restricted({"public"})
+    cov = engine(view, RatingChat({})).ask("What holds the coast together?", method="global", level=0).coverage
+    # Level 0 of the view: c0b and the public report of c0a (units u1 u2 u5 u7): all 8 public units.
+    assert cov["by_level"] == [{"level": 0, "mapped": 2, "reports": 2}] and cov["reports_in_index"] == 5
+    assert (cov["unit_share"], cov["document_share"]) == (1.0, 1.0)
+    # c0a and c1b are partly seen now; only the vault's own two communities are hidden.
+    assert cov["view"] == {"restricted": True, "communities_hidden": 2}

@@ -9,10 +9,13 @@ domains, because a merged description or a community report may quote any of its
 - relationships: every unit allowed and both ends visible entities;
 - claims: the unit allowed and every entity it names visible;
 - communities and their reports: every member entity, every relationship and every unit visible;
-  one whose parent is hidden shows no parent (it is a root of the view). A community that mixes
-  domains is hidden whole, report and all, since a report's text cannot be split by domain.
-  Global search over a level whose communities mostly mix domains therefore has few reports to
-  map; index each domain apart when that matters;
+  one whose parent is hidden shows no parent (it is a root of the view) unless that parent has a
+  report of the child's domain (below). A community that mixes domains is hidden whole, report
+  and all, since a report's text cannot be split by domain; with `reports.per_domain` it has,
+  besides, one report per domain written only from that domain's units, entities and
+  relationships (stages/reports.py), and a view shows each report of its domains as a community
+  of its own (an opaque id; members: the view's entities among the community's; units: the
+  domain's), so global, DRIFT and local search map over every community the view partly sees;
 - vector search: the shared FAISS index, asked for more hits than wanted and filtered to the
   view, asking for more until k visible hits are found or the index is exhausted.
 
@@ -23,6 +26,7 @@ keeps it; rows are shared with the full store, only the id maps are new.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Collection, Iterable
 
@@ -30,7 +34,7 @@ import numpy as np
 
 from corpusgraph.query.store import IndexStore
 
-__all__ = ["RestrictedStore", "VisibleVectors", "restrict"]
+__all__ = ["RestrictedStore", "VisibleVectors", "restrict", "domain_view_id"]
 
 log = logging.getLogger(__name__)
 
@@ -154,13 +158,48 @@ def _select(view: RestrictedStore, base: IndexStore, domains: frozenset[str]) ->
         and all(r in view.relationships for r in c.get("rel_ids") or ())
         and all(u in allowed_units for u in c.get("unit_ids") or ())
     }
-    # A visible community under a hidden one becomes a root: its parent's id is not the view's to
-    # show, and a walk down from the roots (dynamic community selection) must still reach it.
-    view.communities = {
-        k: c if c.get("parent_id") is None or c["parent_id"] in communities else {**c, "parent_id": None}
-        for k, c in communities.items()
+    # Per-domain reports (reports.per_domain) of the communities the view sees only in part: each
+    # becomes a community of the view under an id of its own (domain_view_id).
+    partial = {
+        (cid, d): rep for (cid, d), rep in base.domain_reports.items()
+        if d in domains and cid in base.communities and cid not in communities
     }
+    view.partial_communities = {cid for cid, _ in partial}
+
+    def parent_in_view(com: dict, domain: str | None) -> str | None:
+        # A visible community under a hidden one becomes a root unless that parent has a report of
+        # the child's one domain in the view: its parent's id is not the view's to show, and a walk
+        # down from the roots (dynamic community selection) must still reach it.
+        parent = com.get("parent_id")
+        if parent is None or parent in communities:
+            return parent
+        return domain_view_id(parent, domain) if domain is not None and (parent, domain) in partial else None
+
+    def one_domain(unit_ids) -> str | None:
+        found = {base.unit_domain.get(u) for u in unit_ids or ()}
+        return found.pop() if len(found) == 1 else None
+
+    view.communities = {}
+    for k, c in communities.items():
+        parent = parent_in_view(c, one_domain(c.get("unit_ids")))
+        view.communities[k] = c if parent == c.get("parent_id") else {**c, "parent_id": parent}
     view.reports = {k: r for k, r in base.reports.items() if k in view.communities}
+    for (cid, domain), rep in sorted(partial.items()):
+        com = base.communities[cid]
+        vid = domain_view_id(cid, domain)
+        members = [e for e in com.get("entity_ids") or () if e in view.entities]
+        view.communities[vid] = {
+            **com, "community_id": vid, "parent_id": parent_in_view(com, domain), "entity_ids": members,
+            "size": len(members), "rel_ids": [r for r in com.get("rel_ids") or () if r in view.relationships],
+            "unit_ids": [u for u in com.get("unit_ids") or () if base.unit_domain.get(u) == domain],
+        }
+        view.reports[vid] = {**rep, "community_id": vid}
+
+
+def domain_view_id(community_id: str, domain: str) -> str:
+    """The id a restricted view gives one domain's report of a community it sees only in part: a
+    hash, so the id says nothing about the community (nor its other domains) beyond the report."""
+    return "cd_" + hashlib.sha256(f"{community_id}\x1f{domain}".encode()).hexdigest()[:16]
 
 
 def restrict(store: IndexStore, domains: Iterable[str]) -> RestrictedStore:

@@ -75,13 +75,22 @@ def primer_reports(store: IndexStore, question_vector: np.ndarray, question: str
         # Over-fetch: the index may hold reports this store does not (failed, or another domain's).
         hits = index.search(query, k * 4)[0]
         ids = [cid for cid, _ in hits if cid in store.reports][:k]
+        # A restricted view's per-domain reports (access.py) have no vectors: the entities' own
+        # communities share the primer with the nearest reports, so they can reach it.
+        if ids and getattr(store, "partial_communities", None):
+            near = _by_entities(store, question_vector, question, k)
+            ids = unique_ordered(ids[: (k + 1) // 2], near + ids, limit=k)
         if ids:
             return ids, "report_vectors"
     # No report vectors: the communities of the question's entities, by how many it touches.
+    return _by_entities(store, question_vector, question, k), "entity_communities"
+
+
+def _by_entities(store: IndexStore, question_vector: np.ndarray, question: str, k: int) -> list[str]:
     seeds = select_seeds(store, question_vector, question, max(k, 5))
     count: Counter[str] = Counter(c for e in seeds for c in store.entity_communities.get(e, ()) if c in store.reports)
     ranked = sorted(count, key=lambda c: (-count[c], -float(store.reports[c].get("rating") or 0.0), c))
-    return ranked[:k], "entity_communities"
+    return ranked[:k]
 
 
 def drift_coverage(store: IndexStore, primer_ids: list[str], primer_tokens: int, contexts: list,

@@ -23,7 +23,7 @@ __all__ = ["IndexStore", "IndexMissingError", "normalise_name"]
 _DOC_COLUMNS = ["doc_id", "source_uri", "title", "access_domain", "deleted"]
 _REQUIRED = ("documents", "text_units", "entities", "relationships", "communities", "community_reports")
 # Claims extraction is optional in the pipeline; without the table local search has no claims.
-_OPTIONAL = ("claims",)
+_OPTIONAL = ("claims", "community_domain_reports")
 _VECTOR_KINDS = ("text_unit", "entity")
 # Restricted views kept per store (one per distinct domain set asked for); the oldest is dropped
 # beyond this, so callers inventing domain sets cannot grow memory without bound.
@@ -73,6 +73,7 @@ class IndexStore:
     """
 
     domains: frozenset[str] | None = None
+    domain_reports: dict[tuple[str, str], dict] = {}  # (community id, domain) -> report row
 
     def __init__(self, warehouse: str, index_dir: str, *, load_vectors: bool = True):
         self.warehouse = warehouse
@@ -113,6 +114,16 @@ class IndexStore:
         self.reports: dict[str, dict] = {
             r["community_id"]: r
             for r in _read_table(wh, "community_reports").to_pylist()
+            if (r.get("summary") or "").strip() and not r.get("error")
+        }
+        # Per-domain reports of communities that mix domains (reports.per_domain); only
+        # restricted views show them (access.py). An index built before them has none.
+        try:
+            domain_reports = _read_table(wh, "community_domain_reports").to_pylist()
+        except IndexMissingError:
+            domain_reports = []
+        self.domain_reports: dict[tuple[str, str], dict] = {
+            (r["community_id"], r["domain"]): r for r in domain_reports
             if (r.get("summary") or "").strip() and not r.get("error")
         }
         self._build_lookups()
