@@ -325,6 +325,8 @@ class ReportsSection(_Section):
     max_input_tokens: int = Field(1500, ge=100, description="Context budget per report.")
     max_tokens: int = Field(500, ge=32, description="Answer token limit per report.")
     max_findings: int = Field(5, ge=1, description="maxItems for findings.")
+    per_domain: bool = Field(False, description="Also one report per access domain of each community that mixes "
+                             "domains, from that domain's text alone (restricted callers map these).")
 
 
 class QuerySection(_Section):

@@ -186,6 +186,9 @@ class Rates:
     resolve_calls_per_entity: float | None = None
     resolve_in_per_call: float = 0.0
     resolve_out_per_call: float = 0.0
+    # reports.per_domain: per-domain reports per community report, measured on a calibration
+    # sample (None: not measured; the estimate then adds none and says so).
+    domain_reports_per_report: float | None = None
 
     @classmethod
     def from_config(cls, cfg: Config) -> "Rates":
@@ -299,9 +302,16 @@ def estimate_from_counts(counts: dict, rates: Rates, cfg: Config, *, documents: 
                                     round(res_out), "rates per entity" if adj + summ else "no LLM call configured"))
 
     reports = entities * rates.reports_per_entity
-    rep_in = reports * (overhead + rates.report_context_tokens * text_ratio) * corr
-    stages.append(StageEstimate("reports", round(reports), round(rep_in), round(reports * rates.report_out_per_call),
-                                "counted prompt template + rated context"))
+    rep_basis = "counted prompt template + rated context"
+    calls = reports
+    if cfg.reports.per_domain:  # a per-domain report costs what a community report does
+        ratio = rates.domain_reports_per_report
+        calls = reports * (1.0 + (ratio or 0.0))
+        rep_basis += (f"; {ratio:.3f} per-domain reports per report (measured)" if ratio is not None
+                      else "; per-domain reports not measured (no sample), none counted")
+    rep_in = calls * (overhead + rates.report_context_tokens * text_ratio) * corr
+    stages.append(StageEstimate("reports", round(calls), round(rep_in), round(calls * rates.report_out_per_call),
+                                rep_basis))
 
     items = units + entities + reports
     emb_tokens = min(counts["n_tokens"], units * cfg.embeddings.max_tokens) + entities * 30 + reports * 150
@@ -357,6 +367,9 @@ def warehouse_rates(wh, cfg: Config, *, source: str) -> tuple[Rates, dict]:
     )
     reps = wh.read("community_reports").where(F.col("status") != "llm_error")
     rep = reps.agg(F.count("*").alias("n"), F.avg("tokens_in").alias("tin"), F.avg("tokens_out").alias("tout")).first()
+    if rep["n"] and cfg.reports.per_domain:
+        per_domain = wh.read("community_domain_reports").where(F.col("status") != "llm_error").count()
+        rates.domain_reports_per_report = per_domain / rep["n"]
     if rep["n"] and n_ents:
         text_ratio = counts["text_tokens"] / counts["n_tokens"] if counts["n_tokens"] else 1.0
         rates.reports_per_entity = rep["n"] / n_ents

@@ -396,8 +396,23 @@ def reports(ctx: RunContext) -> StageResult:
         usage.merge(u)
         sent += n
     ctx.wh.delete_where_missing("community_reports", comms, "community_id")
+    per_domain = 0
+    if sec.per_domain:  # one report per domain of each community that mixes domains (stages/reports.py)
+        dtask = report_stage.DomainReportTask(sec, prompt, model, ctx.cfg.llm.temperature)
+        for level in levels:
+            inputs = report_stage.domain_level_inputs(comms, ctx.wh.read("entities"), ctx.wh.read("relationships"),
+                                                      ctx.wh.read("text_units"), ctx.wh.read("documents"), level, sec,
+                                                      fingerprint)
+            done = ctx.wh.read("community_domain_reports").where(F.col("status") != "llm_error").select(
+                "community_id", "domain", "built_from")
+            pending = inputs.join(done, ["community_id", "domain", "built_from"], "left_anti")
+            u, n = _llm_pass(ctx, "reports", pending, dtask, "community_domain_reports", part=f"domains-level{level}")
+            usage.merge(u)
+            per_domain += n
+        ctx.wh.delete_where_missing("community_domain_reports", comms, "community_id")
     status = {r["status"]: r["count"] for r in ctx.wh.read("community_reports").groupBy("status").count().collect()}
-    result = StageResult(rows={"sent": sent, **{f"status_{k}": v for k, v in sorted(status.items())}}, usage=usage)
-    if sent == 0:
+    result = StageResult(rows={"sent": sent, **({"sent_per_domain": per_domain} if sec.per_domain else {}),
+                               **{f"status_{k}": v for k, v in sorted(status.items())}}, usage=usage)
+    if sent + per_domain == 0:
         result.notes.append("every community's report is up to date with its input: no LLM call")
     return result

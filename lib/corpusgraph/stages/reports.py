@@ -4,11 +4,20 @@ Levels run deepest first, so a parent can use its children's reports: when a com
 context (entities and relationships) exceeds the token budget, child reports replace raw
 context, biggest child first. Each report records `built_from`, a hash of its exact input;
 a community whose input did not change is not reported again.
+
+With `reports.per_domain`, a community whose members' text comes from several access domains
+also gets one report per domain (community_domain_reports), written only from that domain:
+its entities (those named in the domain's units), relationships (both ends such entities, some
+evidence in the domain) and source units. An entity or relationship whose evidence spans
+domains is shown by name only: its description was merged from every domain's text, and a
+restricted caller must never read another domain's words through it. No child reports either:
+they are whole-community reports.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
@@ -19,10 +28,16 @@ from ..prompts import Prompt
 from ..tables import table
 from ..tokens import count_tokens, truncate_tokens
 
-__all__ = ["report_schema", "build_context", "parse_report", "ReportTask", "level_inputs", "CONTEXT_SCHEMA"]
+__all__ = ["report_schema", "build_context", "build_domain_context", "parse_report", "ReportTask", "DomainReportTask",
+           "level_inputs", "domain_level_inputs", "CONTEXT_SCHEMA", "DOMAIN_CONTEXT_SCHEMA"]
 
 CONTEXT_SCHEMA = pa.schema([("community_id", pa.string()), ("level", pa.int32()), ("context", pa.string()),
                             ("built_from", pa.string())])
+DOMAIN_CONTEXT_SCHEMA = pa.schema([("community_id", pa.string()), ("domain", pa.string()), ("level", pa.int32()),
+                                   ("context", pa.string()), ("built_from", pa.string())])
+# Share of a per-domain report's budget its entity and relationship lines may take; the source
+# units fill the rest (an entity shown by name only says little on its own).
+_DOMAIN_GRAPH_SHARE = 0.5
 
 
 def report_schema(section: ReportsSection) -> dict[str, Any]:
@@ -74,6 +89,29 @@ def build_context(entities: Sequence[dict], rels: Sequence[dict], children: Sequ
     text = _lines("Sub-community reports:", parts)
     rest = "\n\n".join(p for p in (_lines("Entities:", ent_lines), _lines("Relationships:", rel_lines)) if p)
     return truncate_tokens(text + "\n\n" + rest, budget)
+
+
+def build_domain_context(entities: Sequence[dict], rels: Sequence[dict], units: Sequence[dict], budget: int) -> str:
+    """One domain's report context: entities and relationships (a None description is left out:
+    the row's evidence spans domains), then that domain's source units, within `budget` tokens.
+
+    units: {unit_id, text}, taken in unit id order while they fit.
+    """
+    graph = build_context(entities, rels, [], int(budget * _DOMAIN_GRAPH_SHARE)) if entities or rels else ""
+    graph = "\n".join(line[:-2] if line.endswith(": ") else line for line in graph.split("\n"))  # no empty descriptions
+    room = budget - count_tokens(graph) - 4
+    lines: list[str] = []
+    for unit in sorted(units, key=lambda u: u["unit_id"]):
+        line = "- " + " ".join((unit.get("text") or "").split())
+        cost = count_tokens(line) + 1
+        if cost > room:
+            if room > 32:  # a useful part of one more unit
+                lines.append(truncate_tokens(line, room))
+            break
+        lines.append(line)
+        room -= cost
+    text = "\n\n".join(p for p in (graph, _lines("Source texts:", lines)) if p)
+    return truncate_tokens(text, budget)
 
 
 def _hash(*parts: str) -> str:
@@ -128,6 +166,71 @@ def level_inputs(communities, entities, relationships, reports, level: int, sect
     return joined.mapInArrow(lambda it: _context_batches(it, section.max_input_tokens, fingerprint), ddl)
 
 
+def _domain_context_batches(batches: Iterator[pa.RecordBatch], budget: int, fingerprint: str) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        out = []
+        for row in batch.to_pylist():
+            ctx = build_domain_context(row["ents"] or [], row["rels"] or [], row["units"] or [], budget)
+            out.append({"community_id": row["community_id"], "domain": row["domain"], "level": row["level"],
+                        "context": ctx, "built_from": _hash(fingerprint, row["domain"], ctx)})
+        if out:
+            yield pa.RecordBatch.from_pylist(out, schema=DOMAIN_CONTEXT_SCHEMA)
+
+
+def domain_level_inputs(communities, entities, relationships, text_units, documents, level: int,
+                        section: ReportsSection, fingerprint: str):
+    """(community, domain) pairs of one level's communities whose members' units span several
+    domains, each with the context of that domain alone (module doc) and its built_from hash."""
+    from pyspark.sql import functions as F
+
+    comm = communities.where((F.col("level") == level) & (F.col("size") >= section.min_size))
+    unit_domain = text_units.select("unit_id", "doc_id", "text").join(
+        documents.where(~F.coalesce(F.col("deleted"), F.lit(False))).select("doc_id", F.col("access_domain").alias("domain")),
+        "doc_id")
+
+    def domains_of(df, key: str):  # key -> the set of domains its units lie in
+        return (df.select(key, F.explode("unit_ids").alias("unit_id")).join(unit_domain.select("unit_id", "domain"), "unit_id")
+                .groupBy(key).agg(F.array_sort(F.collect_set("domain")).alias("domains")))
+
+    ent_dom = domains_of(entities, "entity_id")
+    members = comm.select("community_id", F.explode("entity_ids").alias("entity_id")).join(ent_dom, "entity_id")
+    pairs = members.select("community_id", F.explode("domains").alias("domain")).distinct()
+    mixed = pairs.groupBy("community_id").count().where(F.col("count") >= 2).select("community_id")
+    pairs = pairs.join(mixed, "community_id")
+    ents = (
+        members.join(pairs, "community_id").where(F.array_contains("domains", F.col("domain")))
+        .join(entities.select("entity_id", "title", "type", "description", "degree"), "entity_id")
+        .withColumn("description", F.when(F.size("domains") == 1, F.col("description")))
+    )
+    ent_rows = ents.groupBy("community_id", "domain").agg(
+        F.collect_list(F.struct("title", "type", "description", "degree")).alias("ents"))
+    ends = ents.select("community_id", "domain", "entity_id", "title")
+    rel_rows = (
+        comm.select("community_id", F.explode("rel_ids").alias("rel_id"))
+        .join(domains_of(relationships, "rel_id"), "rel_id")
+        .join(pairs, "community_id").where(F.array_contains("domains", F.col("domain")))
+        .join(relationships.select("rel_id", "source_id", "target_id", F.col("description").alias("rel_description"),
+                                   "weight"), "rel_id")
+        .join(ends.withColumnRenamed("entity_id", "source_id").withColumnRenamed("title", "source"),
+              ["community_id", "domain", "source_id"])
+        .join(ends.withColumnRenamed("entity_id", "target_id").withColumnRenamed("title", "target"),
+              ["community_id", "domain", "target_id"])
+        .withColumn("description", F.when(F.size("domains") == 1, F.col("rel_description")))
+        .groupBy("community_id", "domain")
+        .agg(F.collect_list(F.struct("source", "target", "description", "weight")).alias("rels"))
+    )
+    unit_rows = (
+        comm.select("community_id", F.explode("unit_ids").alias("unit_id")).join(unit_domain, "unit_id")
+        .join(pairs, ["community_id", "domain"])
+        .groupBy("community_id", "domain").agg(F.collect_list(F.struct("unit_id", "text")).alias("units"))
+    )
+    keys = ["community_id", "domain"]
+    joined = (pairs.join(comm.select("community_id", "level"), "community_id").join(ent_rows, keys, "left")
+              .join(rel_rows, keys, "left").join(unit_rows, keys, "left"))
+    ddl = "community_id string, domain string, level int, context string, built_from string"
+    return joined.mapInArrow(lambda it: _domain_context_batches(it, section.max_input_tokens, fingerprint), ddl)
+
+
 def parse_report(result: ChatResult, section: ReportsSection) -> dict[str, Any]:
     from ..llm.factory import parse_json_answer
 
@@ -177,3 +280,16 @@ class ReportTask:
              "built_from": r["built_from"], "model": self.model, "tokens_in": res.tokens_in, "tokens_out": res.tokens_out}
             for r, res in zip(rows, results)
         ]
+
+
+class DomainReportTask(ReportTask):
+    """ReportTask for one domain's report of a community: the same prompt and schema, rows keyed
+    by (community_id, domain)."""
+
+    output_schema: pa.Schema = table("community_domain_reports").schema
+
+    def requests(self, rows: Sequence[dict]) -> list[ChatRequest]:
+        return [replace(req, id=f"{r['community_id']}@{r['domain']}") for req, r in zip(super().requests(rows), rows)]
+
+    def outputs(self, rows: Sequence[dict], results: Sequence[ChatResult]) -> list[dict]:
+        return [{**out, "domain": r["domain"]} for out, r in zip(super().outputs(rows, results), rows)]
