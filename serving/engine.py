@@ -154,8 +154,15 @@ class EngineHolder:
     def _build_views(store, settings: ServiceSettings) -> None:
         # Each key's view of the index is built now, so "ready" means every configured
         # caller's first question pays nothing extra.
-        for domains in sorted(settings.domain_sets(), key=sorted) if store is not None else ():
-            store.restricted(domains)
+        if store is None:
+            return
+        from corpusgraph.query.retrieval import retriever_for
+
+        # The ranking structures (BM25 postings, the walk's graph) too: a build takes a while at
+        # scale, and a question must not pay for it inside its timeout.
+        retriever_for(store)
+        for domains in sorted(settings.domain_sets(), key=sorted):
+            retriever_for(store.restricted(domains))
 
     def reload(self, settings: ServiceSettings) -> tuple[Loaded, bool]:
         """Blocking: load the index's latest version beside the one served, then swap it in.

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass
@@ -528,13 +529,22 @@ class GraphRetriever:
 
 
 _CACHE: "weakref.WeakKeyDictionary[IndexStore, GraphRetriever]" = weakref.WeakKeyDictionary()
+_BUILDING = threading.Lock()
 
 
 def retriever_for(store: IndexStore) -> GraphRetriever:
-    """The store's retriever, built on first use and kept as long as the store lives."""
+    """The store's retriever, built on first use and kept as long as the store lives.
+
+    Built once under a lock: the service asks from many threads at once, and unguarded, every
+    concurrent first question built its own copy, each slowed by the others under the GIL, until
+    all of them were past their timeout (tests/benchmarks/test_service_scale.py found it). The
+    service builds it before it says ready (serving/engine.py)."""
     retriever = _CACHE.get(store)
     if retriever is None:
-        retriever = _CACHE[store] = GraphRetriever(store)
+        with _BUILDING:
+            retriever = _CACHE.get(store)
+            if retriever is None:
+                retriever = _CACHE[store] = GraphRetriever(store)
     return retriever
 
 
