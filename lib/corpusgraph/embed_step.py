@@ -3,9 +3,13 @@
 Only items whose (kind, id, model, text hash) has no vector are sent (stages/embed.py). An item
 the endpoint gave no vector stays pending, is counted and named in the stage's notes, and makes
 the run "partial" through its usage errors. The FAISS files are rebuilt from the table: each
-kind's vectors are written by Spark to the run's hand-off folder and read back with pyarrow,
-batch by batch, into one preallocated float32 matrix (no Python list per vector); ann.py then
-chooses, builds and measures the index (exact or approximate by size).
+kind's vectors are written by Spark to the run's hand-off folder; a Ray task (`build_index`, one
+CPU, one kind at a time) reads them back with pyarrow, batch by batch, into one preallocated
+float32 matrix (no Python list per vector), and ann.py chooses, builds and measures the index
+(exact or approximate by size). The driver gets only each index's metadata: the vectors are
+corpus-sized (65 MB at 100k documents with 64 dimensions, gigabytes at millions with 384), and
+a cluster's driver is the machine with the least memory to spare. Their dimensions are checked
+in Spark first, so kinds of one model that disagree stop the step before anything is written.
 """
 
 from __future__ import annotations
@@ -102,7 +106,7 @@ def embed(ctx: RunContext) -> StageResult:
     from delta.tables import DeltaTable
 
     from .query.ann import IndexParams
-    from .query.vectors import write_index
+    from .ray_runner import init_ray
 
     sec = ctx.cfg.embeddings
     items = embed_stage.embedding_items(ctx.wh.read("text_units"), ctx.wh.read("entities"),
@@ -114,32 +118,45 @@ def embed(ctx: RunContext) -> StageResult:
      .merge(items.select("kind", "id").alias("s"), "t.kind = s.kind AND t.id = s.id")
      .whenNotMatchedBySourceDelete().execute())
     params = IndexParams.from_section(sec)
-    loaded: dict[str, tuple[list[str], np.ndarray]] = {}
-    collected = 0
+    mine = ctx.wh.read("embeddings").where(F.col("model") == sec.model)
+    stats = mine.groupBy("kind").agg(F.min(F.size("vector")).alias("lo"), F.max(F.size("vector")).alias("hi")).collect()
+    sizes = {r["lo"] for r in stats} | {r["hi"] for r in stats}
+    if len(sizes) > 1:
+        raise ValueError(f"embeddings rows of {sec.model!r} have vectors of {sorted(sizes)} dimensions: the endpoint "
+                         "behind the model name changed; delete its rows from the embeddings table (or use a new "
+                         "embeddings.model name) and embed again")
+    # An empty kind still gets files (the service loads every kind); its dim is the others'.
+    dim = sizes.pop() if sizes else (384 if sec.backend == "bundled" else 1)
+    index_dir = str(Path(ctx.cfg.storage.index_dir).resolve())
+    init_ray(ctx.cfg.ray)
     for kind in embed_stage.KINDS:
         path = ctx.handoff("embed", f"vectors-{kind}")
-        (ctx.wh.read("embeddings").where((F.col("kind") == kind) & (F.col("model") == sec.model))
-         .orderBy("id").select("id", "vector").write.mode("overwrite").parquet(path))
-        ids, vecs, nbytes = read_vectors(path)
-        loaded[kind] = (ids, vecs)
-        collected += nbytes
-    dims = {v.shape[1] for v in (vecs for _, vecs in loaded.values()) if v.shape[0]}
-    if len(dims) > 1:
-        raise ValueError(f"embeddings of {sec.model!r} have {sorted(dims)} dimensions across kinds; embed again")
-    # An empty kind still gets files (the service loads every kind); its dim is the others'.
-    dim = dims.pop() if dims else (384 if sec.backend == "bundled" else 1)
-    index_dir = Path(ctx.cfg.storage.index_dir)
-    for kind in embed_stage.KINDS:
-        ids, vecs = loaded.pop(kind)
-        if not vecs.shape[0]:
-            vecs = np.zeros((0, dim), dtype=np.float32)
-        write_index(index_dir, kind, ids, vecs, sec.model, params)
-        info = json.loads((index_dir / f"{kind}.meta.json").read_text(encoding="utf-8"))["index"]
-        result.rows[f"{kind}_vectors"] = len(ids)
-        result.notes.append(f"{kind}: {len(ids)} vectors of {vecs.shape[1]} dimensions, {info['type']} index"
+        (mine.where(F.col("kind") == kind).orderBy("id").select("id", "vector").write.mode("overwrite").parquet(path))
+        built = _remote_build(path, index_dir, kind, sec.model, params, dim)
+        info = built["index"]
+        result.rows[f"{kind}_vectors"] = built["count"]
+        result.notes.append(f"{kind}: {built['count']} vectors of {built['dim']} dimensions, {info['type']} index"
                             + (f" {info['params']}, recall@10 {info['recall_at_10']:.3f} on "
                                f"{info['recall_queries']} stored vectors" if info.get("recall_measured") else ""))
-        del vecs
+        ctx.log(f"  {kind}: index built off the driver from {built['read_mb']:.1f} MB of vectors")
     result.rows = {"embedded_now": n, **result.rows}
-    ctx.note_collected(collected)
     return result
+
+
+def build_index(path: str, index_dir: str, kind: str, model: str, params, dim: int) -> dict:
+    """One kind's FAISS files from its hand-off vectors (run in a Ray task, not on the driver);
+    returns what the driver reports: count, dim, MB read and the index's metadata."""
+    from .query.vectors import write_index
+
+    ids, vecs, nbytes = read_vectors(path)
+    if not vecs.shape[0]:
+        vecs = np.zeros((0, dim), dtype=np.float32)
+    write_index(index_dir, kind, ids, vecs, model, params)
+    info = json.loads((Path(index_dir) / f"{kind}.meta.json").read_text(encoding="utf-8"))["index"]
+    return {"count": len(ids), "dim": int(vecs.shape[1]), "read_mb": nbytes / 2**20, "index": info}
+
+
+def _remote_build(path: str, index_dir: str, kind: str, model: str, params, dim: int) -> dict:
+    import ray
+
+    return ray.get(ray.remote(num_cpus=1, max_retries=1)(build_index).remote(path, index_dir, kind, model, params, dim))

@@ -49,6 +49,7 @@ def test_embed_stage_through_an_openai_endpoint(spark, tmp_path):
             {"entity_id": "e2", "title": "reject", "description": "refused by the server"},
         ]))
         result = steps.embed(ctx)
+        collected_by_embed = ctx.collected_bytes
         rerun = steps.embed(ctx)
         requests_after_rerun = len(srv.requests)
 
@@ -61,6 +62,7 @@ def test_embed_stage_through_an_openai_endpoint(spark, tmp_path):
     assert u.tokens_in == sum(len(x["text"].split()) for x in units) + 3  # "Lisbon: A city." is 3 words
     assert u.usd == pytest.approx(u.tokens_in / 1000 * 0.5)
     assert result.driver_collected_bytes == 0  # counted by run_steps, not the step itself
+    assert collected_by_embed == 0  # the vectors went to the index-building Ray task, never to the driver
 
     # The failed item stayed pending: the rerun sends it alone, and nothing else.
     assert rerun.rows["embedded_now"] == 1 and rerun.rows["embed_failed"] == 1
