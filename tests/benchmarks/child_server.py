@@ -71,9 +71,12 @@ def run_server(main: Coroutine) -> None:
         pass
 
 
-def slots_latency_args(description: str) -> argparse.Namespace:
-    """--slots, --latency-s and --port, as the fixed-latency servers take them."""
+def slots_latency_args(description: str, extra=None) -> argparse.Namespace:
+    """--slots, --latency-s and --port, as the fixed-latency servers take them (`extra(ap)` adds
+    a server's own options)."""
     ap = argparse.ArgumentParser(description=description)
+    if extra is not None:
+        extra(ap)
     ap.add_argument("--slots", type=int, required=True, help="requests served at once; the rest queue")
     ap.add_argument("--latency-s", type=float, required=True, help="seconds each request takes once in a slot")
     ap.add_argument("--port", type=int, default=0, help="0 picks a free port")

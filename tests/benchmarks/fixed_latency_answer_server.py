@@ -10,6 +10,11 @@ and the service can be timed against it:
   item per array (none when maxItems is 0), integers at their maximum (a rating of 5, a map
   point scored 100), strings "text";
 - any other chat request gets a fixed one-sentence answer that cites [U1] and [P1].
+- with --relevant-share F, a relevance rating (a schema whose one required property is
+  "score") is 5 for a share F of the prompts and 0 for the rest, chosen by a hash of the prompt,
+  so dynamic global selection prunes as it would on a real model instead of descending into
+  every report (what a rating of 5 everywhere makes it do: every report of a 9,620-community
+  index rated and mapped for one question).
 
     python tests/benchmarks/fixed_latency_answer_server.py --slots 64 --latency-s 0.5 [--port 0]
 
@@ -62,7 +67,24 @@ def schema_of(body: dict) -> dict | None:
     return fmt.get("schema")
 
 
-def make_app(slots: int, latency_s: float) -> web.Application:
+def rating(body: dict, schema: dict, relevant_share: float) -> dict:
+    """A deterministic 0-or-5 relevance rating: 5 for `relevant_share` of the prompts."""
+    import hashlib
+
+    text = json.dumps(body.get("messages", []), sort_keys=True).encode()
+    draw = int.from_bytes(hashlib.sha256(text).digest()[:8], "big") / 2**64
+    return {"score": int(_props_max(schema)) if draw < relevant_share else 0}
+
+
+def _props_max(schema: dict) -> int:
+    return int(((schema.get("properties") or {}).get("score") or {}).get("maximum", 5))
+
+
+def is_rating(schema: dict | None) -> bool:
+    return bool(schema) and schema.get("type") == "object" and schema.get("required") == ["score"]
+
+
+def make_app(slots: int, latency_s: float, relevant_share: float | None = None) -> web.Application:
     gate = asyncio.Semaphore(slots)
     stats = {"served": 0, "in_service": 0, "max_concurrent": 0}
 
@@ -76,7 +98,10 @@ def make_app(slots: int, latency_s: float) -> web.Application:
             finally:
                 stats["in_service"] -= 1
         schema = schema_of(body)
-        text = json.dumps(instance(schema)) if schema else TEXT_ANSWER
+        if relevant_share is not None and is_rating(schema):
+            text = json.dumps(rating(body, schema, relevant_share))
+        else:
+            text = json.dumps(instance(schema)) if schema else TEXT_ANSWER
         prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
         usage = {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -98,8 +123,10 @@ def make_app(slots: int, latency_s: float) -> web.Application:
 
 
 def main() -> None:
-    args = slots_latency_args(__doc__.splitlines()[0])
-    run_server(serve_forever(make_app(args.slots, args.latency_s), args.port, backlog=max(1024, args.slots * 4)))
+    args = slots_latency_args(__doc__.splitlines()[0], extra=lambda ap: ap.add_argument(
+        "--relevant-share", type=float, default=None, help="share of relevance ratings answered 5 (others 0)"))
+    app = make_app(args.slots, args.latency_s, args.relevant_share)
+    run_server(serve_forever(app, args.port, backlog=max(1024, args.slots * 4)))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@ Issue 13 (item 9) and issue 18 (item 5). The index is the warehouse and vector f
 2. `corpusgraph serve` in its own process on that index: start-up time (process start to
    /readyz 200) and resident memory, then load_tool.py with CLIENTS closed-loop clients for
    SECONDS, a mix of every method. Chat goes to fixed_latency_answer_server.py (every call
-   LATENCY_S, schema-valid answers); question embeddings to scale_server.py. From OUTAGE_AT_S
+   LATENCY_S, schema-valid answers, RELEVANT_SHARE of relevance ratings relevant: with every
+   rating at its maximum, one global question rated and mapped all 8,390 reports and ran past
+   any timeout); question embeddings to scale_server.py. The service answers 504 past
+   SERVICE_TIMEOUT_S; a request with no answer after REQUEST_TIMEOUT_S counts as hung. From OUTAGE_AT_S
    the chat server is stopped for OUTAGE_S and started again on the same port. Every request's
    status and latency are split by method and by phase (before, during, after the outage,
    by the request's start). The service's RSS is sampled throughout.
@@ -55,7 +58,9 @@ CLIENTS = int(os.environ.get(ENV + "CLIENTS", "64"))
 SECONDS = float(os.environ.get(ENV + "SECONDS", "75"))
 OUTAGE_AT_S, OUTAGE_S = 25.0, 10.0
 LATENCY_S = 0.2
+SERVICE_TIMEOUT_S = 30.0  # serve --timeout: past it the service answers 504
 REQUEST_TIMEOUT_S = 60.0  # the load tool's per-request limit: a request past it counts as hung
+RELEVANT_SHARE = 0.1  # of relevance ratings answered 5 (the rest 0): dynamic selection prunes
 SERVICE_WORKERS = 32
 LOCAL_QUESTIONS = 300
 
@@ -197,13 +202,15 @@ def test_service_on_the_scale_index(tmp_path):
         cfg = load_config(REPO / "conf" / "local.yaml", sets)
         figures = in_process_figures(cfg)
 
-        llm = ChildServer(ANSWER_SERVER, "--slots", "512", "--latency-s", str(LATENCY_S), "--port", str(llm_port))
+        llm_args = ("--slots", "512", "--latency-s", str(LATENCY_S), "--port", str(llm_port),
+                    "--relevant-share", str(RELEVANT_SHARE))
+        llm = ChildServer(ANSWER_SERVER, *llm_args)
         service = sampler = None
         try:
             port = free_port()
             cmd = [sys.executable, "-m", "corpusgraph.cli", "serve", "--conf", str(REPO / "conf" / "local.yaml"),
                    "--port", str(port), "--api-key", API_KEY, "--max-concurrent", str(SERVICE_WORKERS),
-                   "--log-level", "warning"]
+                   "--timeout", str(SERVICE_TIMEOUT_S), "--log-level", "warning"]
             for k, v in sets.items():
                 cmd += ["--set", f"{k}={v}"]
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), str(REPO)]), **ONE_THREAD}
@@ -229,7 +236,7 @@ def test_service_on_the_scale_index(tmp_path):
             time.sleep(warmup_s + OUTAGE_AT_S)
             llm.stop()  # the outage: the chat model server is gone
             time.sleep(OUTAGE_S)
-            llm = ChildServer(ANSWER_SERVER, "--slots", "512", "--latency-s", str(LATENCY_S), "--port", str(llm_port))
+            llm = ChildServer(ANSWER_SERVER, *llm_args)
             out, err = load.communicate(timeout=SECONDS + REQUEST_TIMEOUT_S + 120)
             assert load.returncode == 0, err
             overall = json.loads(out.strip().splitlines()[-1])
@@ -259,9 +266,10 @@ def test_service_on_the_scale_index(tmp_path):
         **summary, "load_tool_errors_by_status": overall["errors_by_status"],
         **{k: figures[k] for k in ("rss_mb_start", "rss_mb_end", "rss_mb_max", "rss_mb_samples", "service_start_s")},
         "in_process": {k: v for k, v in figures.items() if not k.startswith(("rss_mb", "service_start"))},
-        "llm": f"fixed_latency_answer_server.py, {LATENCY_S} s per call, 512 slots; question embeddings from "
-               "scale_server.py (64 dims), the endpoint the embed stage used",
-        "request_timeout_s": REQUEST_TIMEOUT_S, "service_workers": SERVICE_WORKERS, "service_env": ONE_THREAD,
+        "llm": f"fixed_latency_answer_server.py, {LATENCY_S} s per call, 512 slots, {RELEVANT_SHARE:.0%} of "
+               "relevance ratings relevant; question embeddings from scale_server.py (64 dims), the endpoint the "
+               "embed stage used",
+        "service_timeout_s": SERVICE_TIMEOUT_S, "client_timeout_s": REQUEST_TIMEOUT_S, "service_workers": SERVICE_WORKERS, "service_env": ONE_THREAD,
         "load_average_1m_after": round(os.getloadavg()[0], 1),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
