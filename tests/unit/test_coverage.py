@@ -192,3 +192,19 @@ def test_per_domain_reports_raise_a_restricted_keys_coverage(tmp_path):
     assert (cov["unit_share"], cov["document_share"]) == (1.0, 1.0)
     # c0a and c1b are partly seen now; only the vault's own two communities are hidden.
     assert cov["view"] == {"restricted": True, "communities_hidden": 2}
+
+
+def test_the_share_of_a_keys_documents_under_reports_it_can_map(tmp_path):
+    from corpusgraph.query.coverage import mappable_document_share
+    from corpusgraph.query.store import IndexStore
+
+    before = IndexStore(*build_two_domain_index(tmp_path / "before"))
+    after = IndexStore(*build_two_domain_index(tmp_path / "after", per_domain=True))
+    # Public: c0b c1a c1c hold u1 u2 u3 u4 u6 u8 (6 of 8 documents); the public reports of c0a and
+    # c1b add u5 u7. Vault: cv_vault and cv_inner hold uv_ledger (1 of 3); c0a's vault report adds uv_bribe.
+    assert mappable_document_share(before.restricted({"public"})) == 0.75
+    assert mappable_document_share(after.restricted({"public"})) == 1.0
+    assert mappable_document_share(before.restricted({"vault"})) == round(1 / 3, 4)
+    assert mappable_document_share(after.restricted({"vault"})) == round(2 / 3, 4)
+    # The whole index: every document but dv_crates (no community holds uv_crates): 10 of 11, either way.
+    assert mappable_document_share(before) == mappable_document_share(after) == round(10 / 11, 4)

@@ -29,6 +29,7 @@ __all__ = [
     "context_coverage",
     "seed_facts",
     "view_facts",
+    "mappable_document_share",
     "describe",
 ]
 
@@ -60,6 +61,15 @@ def view_facts(store: IndexStore) -> dict[str, Any]:
         return {"restricted": False, "communities_hidden": 0}
     visible = set(store.communities) | set(getattr(store, "partial_communities", ()) or ())
     return {"restricted": True, "communities_hidden": sum(1 for c in base.communities if c not in visible)}
+
+
+def mappable_document_share(store: IndexStore) -> float:
+    """Share of the store's documents that lie under at least one report it can map (any level):
+    what a global answer could reach at best, for a restricted caller within its view."""
+    units: set[str] = set()
+    for cid in store.reports:
+        units |= community_units(store, cid)
+    return _share(len(_documents(store, units)), len(store.docs))
 
 
 def global_coverage(

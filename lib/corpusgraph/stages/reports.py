@@ -10,7 +10,8 @@ also gets one report per domain (community_domain_reports), written only from th
 its entities (those named in the domain's units), relationships (both ends such entities, some
 evidence in the domain) and source units. An entity or relationship whose evidence spans
 domains is shown by name only: its description was merged from every domain's text, and a
-restricted caller must never read another domain's words through it. No child reports either:
+restricted caller must never read another domain's words through it; that name is the form
+the domain's own text uses (its title may be another domain's spelling). No child reports either:
 they are whole-community reports.
 """
 
@@ -28,7 +29,7 @@ from ..prompts import Prompt
 from ..tables import table
 from ..tokens import count_tokens, truncate_tokens
 
-__all__ = ["report_schema", "build_context", "build_domain_context", "parse_report", "ReportTask", "DomainReportTask",
+__all__ = ["report_schema", "build_context", "build_domain_context", "domain_names", "parse_report", "ReportTask", "DomainReportTask",
            "level_inputs", "domain_level_inputs", "CONTEXT_SCHEMA", "DOMAIN_CONTEXT_SCHEMA"]
 
 CONTEXT_SCHEMA = pa.schema([("community_id", pa.string()), ("level", pa.int32()), ("context", pa.string()),
@@ -166,11 +167,35 @@ def level_inputs(communities, entities, relationships, reports, level: int, sect
     return joined.mapInArrow(lambda it: _context_batches(it, section.max_input_tokens, fingerprint), ddl)
 
 
+def domain_names(entities: Sequence[dict], texts: Sequence[str]) -> dict[str, str]:
+    """entity id -> the name a domain's report may call it by. A single-domain entity keeps its
+    title; one whose evidence spans domains takes the form of its name (title or alias) found most
+    often in the domain's `texts`, since its title may be another domain's spelling; none found:
+    left out."""
+    low = [t.lower() for t in texts]
+    names = {}
+    for e in entities:
+        if not e.get("mixed"):
+            names[e["entity_id"]] = e["title"]
+            continue
+        forms = list(dict.fromkeys([e["title"]] + list(e.get("aliases") or [])))
+        counts = [(sum(t.count(f.lower()) for t in low), -i, f) for i, f in enumerate(forms) if f]
+        best = max(counts, default=(0, 0, None))
+        if best[0] > 0:
+            names[e["entity_id"]] = best[2]
+    return names
+
+
 def _domain_context_batches(batches: Iterator[pa.RecordBatch], budget: int, fingerprint: str) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         out = []
         for row in batch.to_pylist():
-            ctx = build_domain_context(row["ents"] or [], row["rels"] or [], row["units"] or [], budget)
+            units = row["units"] or []
+            names = domain_names(row["ents"] or [], [u.get("text") or "" for u in units])
+            ents = [{**e, "title": names[e["entity_id"]]} for e in row["ents"] or [] if e["entity_id"] in names]
+            rels = [{**r, "source": names[r["source_id"]], "target": names[r["target_id"]]} for r in row["rels"] or []
+                    if r["source_id"] in names and r["target_id"] in names]
+            ctx = build_domain_context(ents, rels, units, budget)
             out.append({"community_id": row["community_id"], "domain": row["domain"], "level": row["level"],
                         "context": ctx, "built_from": _hash(fingerprint, row["domain"], ctx)})
         if out:
@@ -197,34 +222,32 @@ def domain_level_inputs(communities, entities, relationships, text_units, docume
     pairs = members.select("community_id", F.explode("domains").alias("domain")).distinct()
     mixed = pairs.groupBy("community_id").count().where(F.col("count") >= 2).select("community_id")
     pairs = pairs.join(mixed, "community_id")
+    keys = ["community_id", "domain"]
     ents = (
         members.join(pairs, "community_id").where(F.array_contains("domains", F.col("domain")))
-        .join(entities.select("entity_id", "title", "type", "description", "degree"), "entity_id")
-        .withColumn("description", F.when(F.size("domains") == 1, F.col("description")))
+        .join(entities.select("entity_id", "title", "aliases", "type", "description", "degree"), "entity_id")
+        .withColumn("mixed", F.size("domains") > 1)
+        .withColumn("description", F.when(~F.col("mixed"), F.col("description")))
     )
-    ent_rows = ents.groupBy("community_id", "domain").agg(
-        F.collect_list(F.struct("title", "type", "description", "degree")).alias("ents"))
-    ends = ents.select("community_id", "domain", "entity_id", "title")
+    ent_rows = ents.groupBy(*keys).agg(F.collect_list(
+        F.struct("entity_id", "title", "aliases", "type", "description", "degree", "mixed")).alias("ents"))
+    ends = ents.select("community_id", "domain", "entity_id")
     rel_rows = (
         comm.select("community_id", F.explode("rel_ids").alias("rel_id"))
         .join(domains_of(relationships, "rel_id"), "rel_id")
         .join(pairs, "community_id").where(F.array_contains("domains", F.col("domain")))
         .join(relationships.select("rel_id", "source_id", "target_id", F.col("description").alias("rel_description"),
                                    "weight"), "rel_id")
-        .join(ends.withColumnRenamed("entity_id", "source_id").withColumnRenamed("title", "source"),
-              ["community_id", "domain", "source_id"])
-        .join(ends.withColumnRenamed("entity_id", "target_id").withColumnRenamed("title", "target"),
-              ["community_id", "domain", "target_id"])
+        .join(ends.withColumnRenamed("entity_id", "source_id"), keys + ["source_id"], "left_semi")
+        .join(ends.withColumnRenamed("entity_id", "target_id"), keys + ["target_id"], "left_semi")
         .withColumn("description", F.when(F.size("domains") == 1, F.col("rel_description")))
-        .groupBy("community_id", "domain")
-        .agg(F.collect_list(F.struct("source", "target", "description", "weight")).alias("rels"))
+        .groupBy(*keys).agg(F.collect_list(F.struct("source_id", "target_id", "description", "weight")).alias("rels"))
     )
     unit_rows = (
         comm.select("community_id", F.explode("unit_ids").alias("unit_id")).join(unit_domain, "unit_id")
-        .join(pairs, ["community_id", "domain"])
-        .groupBy("community_id", "domain").agg(F.collect_list(F.struct("unit_id", "text")).alias("units"))
+        .join(pairs, keys)
+        .groupBy(*keys).agg(F.collect_list(F.struct("unit_id", "text")).alias("units"))
     )
-    keys = ["community_id", "domain"]
     joined = (pairs.join(comm.select("community_id", "level"), "community_id").join(ent_rows, keys, "left")
               .join(rel_rows, keys, "left").join(unit_rows, keys, "left"))
     ddl = "community_id string, domain string, level int, context string, built_from string"
