@@ -17,6 +17,7 @@ limit. `repair_json_object` recovers the object where that is safe and never inv
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -28,6 +29,13 @@ _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 _SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null")
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
 _MAX_STARTS = 20  # candidate "{" positions tried; bounds the work on long prose
+# Deeper nesting than any answer schema has: refused, since closing a cut at depth d costs d
+# and Python's json recursion gives out near 1,000 (an answer of 100k "[" took minutes here).
+MAX_DEPTH = 100
+
+
+class _TooDeep(Exception):
+    pass
 
 
 @dataclass(frozen=True)
@@ -49,9 +57,12 @@ def repair_json_object(text: str | None) -> Repaired:
             # An array where an object was asked for: taking its first element would silently
             # drop the rest, so say what came back instead.
             return Repaired(None, "expected a JSON object, got an array")
-        starts = [m.start() for m in re.finditer(r"\{", body)][:_MAX_STARTS]
+        starts = [m.start() for m in itertools.islice(re.finditer(r"\{", body), _MAX_STARTS)]
         for start in starts:
-            result = _parse_from(body, start)
+            try:
+                result = _parse_from(body, start)
+            except _TooDeep:  # the starts after this one lie inside the same deep nesting
+                return Repaired(None, f"JSON nested deeper than {MAX_DEPTH} levels")
             if result.obj is not None:
                 return result
             first_error = first_error or result.error
@@ -59,7 +70,7 @@ def repair_json_object(text: str | None) -> Repaired:
 
 
 def _parse_from(body: str, start: int) -> Repaired:
-    end, cut = _scan(body, start)
+    end, cut = _scan(body, start)  # _TooDeep past MAX_DEPTH
     if end is not None:
         candidate = body[start:end]
         obj, error = _loads(candidate)
@@ -80,6 +91,8 @@ def _loads(candidate: str) -> tuple[dict | None, str | None]:
         obj = json.loads(candidate, strict=False)  # strict=False: raw newlines inside strings
     except json.JSONDecodeError as exc:
         return None, f"invalid JSON: {exc.msg} at char {exc.pos}"
+    except (ValueError, RecursionError) as exc:  # e.g. an integer of over 4,300 digits
+        return None, f"invalid JSON: {str(exc)[:120]}"
     if not isinstance(obj, dict):
         return None, f"expected a JSON object, got {type(obj).__name__}"
     return obj, None
@@ -121,6 +134,8 @@ def _scan(s: str, i: int) -> tuple[int | None, tuple[int, str] | None]:
             i += 1
         elif c in "{[":
             stack.append(c)
+            if len(stack) > MAX_DEPTH:
+                raise _TooDeep
             i += 1
             expect_key = c == "{"
             cut = (i, _closers(stack))

@@ -171,6 +171,11 @@ def _clean(value: Any, limit: int) -> str:
     return " ".join(str(value or "").split())[:limit]
 
 
+def _items(value: Any) -> list:
+    """A list field of an answer; any other type (a number, a string, an object) holds no items."""
+    return value if isinstance(value, list) else []
+
+
 def _has(item: dict, keys: Iterable[str]) -> bool:
     return all(k in item for k in keys)
 
@@ -199,7 +204,7 @@ def parse_unit(obj: Any, section: ExtractSection, text: str | None = None
     allowed = {t.upper() for t in section.entity_types}
     notes: list[str] = []
     entities, seen = [], set()
-    for e in obj.get("entities") or []:
+    for e in _items(obj.get("entities")):
         if not isinstance(e, dict) or not _has(e, ("name", "type")):
             continue
         name, etype = _clean(e.get("name"), 80), _clean(e.get("type"), 40).upper()
@@ -216,7 +221,7 @@ def parse_unit(obj: Any, section: ExtractSection, text: str | None = None
         seen.add((name.casefold(), etype))
         entities.append({"name": name, "type": etype, "description": _clean(e.get("description"), 300)})
     rels = []
-    for r in obj.get("relationships") or []:
+    for r in _items(obj.get("relationships")):
         if not isinstance(r, dict) or not _has(r, ("source", "target", "strength")):
             continue
         src, tgt = _clean(r.get("source"), 80), _clean(r.get("target"), 80)
@@ -227,7 +232,7 @@ def parse_unit(obj: Any, section: ExtractSection, text: str | None = None
             continue
         try:
             strength = int(r["strength"])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: 1e999 parses as infinity
             continue
         rels.append({"source": src, "target": tgt, "description": _clean(r.get("description"), 300),
                      "strength": max(1, min(10, strength))})
