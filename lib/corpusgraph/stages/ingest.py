@@ -66,6 +66,16 @@ def _looks_binary(data: bytes) -> bool:
     return len(head) > 0 and control / len(head) > 0.10
 
 
+def _utf8(value: str) -> bool:
+    """Whether `value` can be stored: JSON's \\ud800-style escapes give strings with lone
+    surrogates, which no UTF-8 column (Arrow, Delta, Spark) can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _document(uri: str, title: str, text: str, domain: str, metadata: dict) -> dict:
     return {
         "outcome": "document",
@@ -105,6 +115,8 @@ def _from_mapping(uri: str, obj: object, section: IngestSection) -> dict:
     text = obj.get(section.text_field)
     if not isinstance(text, str) or not text.strip():
         return _refuse(uri, "empty", f"field {section.text_field!r} is missing or empty")
+    if not _utf8(text):
+        return _refuse(uri, "not_utf8", f"field {section.text_field!r} holds a lone surrogate (an escape like \\ud800)")
     size = len(text.encode("utf-8"))
     if size > section.max_bytes:
         return _refuse(uri, "oversized", f"record text of {size} bytes > ingest.max_bytes={section.max_bytes}")
@@ -112,12 +124,19 @@ def _from_mapping(uri: str, obj: object, section: IngestSection) -> dict:
     domain = obj.get("domain") or obj.get("access_domain") or section.access_domain
     skip = {section.text_field, section.title_field, "domain", "access_domain"}
     metadata = {k: v for k, v in obj.items() if k not in skip}
-    return _document(uri, str(title), text, str(domain), metadata)
+    if not _utf8(str(domain)):
+        return _refuse(uri, "bad_record", "the access domain holds a lone surrogate")
+    try:
+        return _document(uri, str(title).encode("utf-8", "replace").decode("utf-8"), text, str(domain), metadata)
+    except (ValueError, RecursionError) as exc:  # metadata nested too deep to write back as JSON
+        return _refuse(uri, "bad_record", f"metadata: {type(exc).__name__}: {str(exc)[:200]}")
 
 
 def _record_uri(uri: str, obj: object, section: IngestSection, position: int) -> str:
     rid = obj.get(section.id_field) if isinstance(obj, dict) else None
-    return f"{uri}#{rid}" if rid not in (None, "") else f"{uri}#L{position}"
+    if isinstance(rid, (dict, list)) or rid in (None, "") or not _utf8(str(rid)) or len(str(rid)) > 200:
+        return f"{uri}#L{position}"  # an id that cannot name the record: its position does
+    return f"{uri}#{rid}"
 
 
 def parse_file(uri: str, data: bytes | None, size: int, section: IngestSection) -> list[dict]:
@@ -179,8 +198,8 @@ def _jsonl_records(uri: str, stream: Iterable[bytes], section: IngestSection, co
             except UnicodeDecodeError as exc:
                 yield _refuse(f"{uri}#L{n}", "not_utf8", str(exc))
                 continue
-            except json.JSONDecodeError as exc:
-                yield _refuse(f"{uri}#L{n}", "bad_json", str(exc))
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, 5,000-digit numbers, deep nesting
+                yield _refuse(f"{uri}#L{n}", "bad_json", f"{type(exc).__name__}: {str(exc)[:300]}")
                 continue
             yield _from_mapping(_record_uri(uri, obj, section, n), obj, section)
     except (OSError, EOFError, zlib.error) as exc:  # a corrupt or truncated gzip stream
@@ -218,7 +237,10 @@ def _file_records(batches: Iterator[pa.RecordBatch], section: IngestSection) -> 
     for batch in batches:
         for i in range(batch.num_rows):  # one file's bytes at a time, not the batch's as Python objects
             row = batch.slice(i, 1).to_pylist()[0]
-            yield from iter_file(row["path"], row["content"], row["length"], section)
+            try:
+                yield from iter_file(row["path"], row["content"], row["length"], section)
+            except Exception as exc:  # a parser bug must cost one file, not the whole run (fuzz tests hunt them)
+                yield _refuse(row["path"], "ingest_error", f"{type(exc).__name__}: {str(exc)[:300]}")
 
 
 def _parse_batches(batches: Iterator[pa.RecordBatch], section: IngestSection) -> Iterator[pa.RecordBatch]:
