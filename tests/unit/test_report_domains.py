@@ -68,11 +68,13 @@ def test_the_estimate_counts_per_domain_reports_like_community_reports():
 def test_a_mixed_entity_is_called_by_the_form_the_domains_text_uses():
     from corpusgraph.stages.reports import domain_names
 
-    ents = [{"entity_id": "e1", "title": "Usis Technologies", "aliases": ["Usis Tchnologies", "Usis Technologies PLC"],
+    ents = [{"entity_id": "e1", "title": "Usis Technologies", "aliases": ["Usis Tech", "Usis Tchnologies",
+                                                                          "Usis Technologies PLC"],
              "mixed": True},
             {"entity_id": "e2", "title": "Geneva", "aliases": [], "mixed": False},
             {"entity_id": "e3", "title": "Hidden Name", "aliases": ["Other Form"], "mixed": True}]
-    texts = ["usis tchnologies has its headquarters in Geneva.", "Usis Tchnologies grew."]
-    # e1: the misspelt form is the domain's own (twice; the title never occurs); e2 is single-domain;
+    texts = ["usis tchnologies has its headquarters in Geneva.", "Usis Tchnologies grew.", "Usis Technologiesque"]
+    # e1: the misspelt form is the domain's own (twice; the title and "Usis Tech" never occur as
+    # whole words, only inside longer ones); e2 is single-domain;
     # e3's names do not occur in the domain's text, so it is left out (its title is another domain's word).
     assert domain_names(ents, texts) == {"e1": "Usis Tchnologies", "e2": "Geneva"}

@@ -18,6 +18,7 @@ they are whole-community reports.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
@@ -172,14 +173,16 @@ def domain_names(entities: Sequence[dict], texts: Sequence[str]) -> dict[str, st
     title; one whose evidence spans domains takes the form of its name (title or alias) found most
     often in the domain's `texts`, since its title may be another domain's spelling; none found:
     left out."""
-    low = [t.lower() for t in texts]
+    low = "\n".join(texts).lower()
     names = {}
     for e in entities:
         if not e.get("mixed"):
             names[e["entity_id"]] = e["title"]
             continue
         forms = list(dict.fromkeys([e["title"]] + list(e.get("aliases") or [])))
-        counts = [(sum(t.count(f.lower()) for t in low), -i, f) for i, f in enumerate(forms) if f]
+        # Whole words: "Usis Tech" is not written where the text says "Usis Technologies".
+        counts = [(len(re.findall(r"(?<!\w)" + re.escape(f.lower()) + r"(?!\w)", low)), -i, f)
+                  for i, f in enumerate(forms) if f]
         best = max(counts, default=(0, 0, None))
         if best[0] > 0:
             names[e["entity_id"]] = best[2]
