@@ -34,6 +34,7 @@ def probe_footers(paths: Sequence[str]) -> tuple[list[str], list[dict]]:
     import pyarrow.parquet as pq
 
     good, bad = [], []
+    columns: dict[str, tuple[str, str]] = {}  # column (lower case) -> (type, first file with it)
     for uri in paths:
         name = _local_form(uri)
         try:
@@ -44,15 +45,41 @@ def probe_footers(paths: Sequence[str]) -> tuple[list[str], list[dict]]:
                 bad.append(_refuse(name, "empty", "zero bytes"))
                 continue
             with fs.open_input_file(path) as f:
-                rows = pq.ParquetFile(f).metadata.num_rows
+                footer = pq.ParquetFile(f)
+                rows, schema = footer.metadata.num_rows, footer.schema_arrow
         except Exception as exc:  # any reader failure is a property of the input
             bad.append(_refuse(name, "bad_parquet", f"{type(exc).__name__}: {exc}"))
             continue
         if rows == 0:
             bad.append(_refuse(name, "empty", "no rows"))
-        else:
-            good.append(uri)
+            continue
+        conflict = _schema_conflict(schema, columns)
+        if conflict:
+            bad.append(_refuse(name, "schema_conflict", conflict))
+            continue
+        for field in schema:
+            columns.setdefault(field.name.lower(), (str(field.type), name))
+        good.append(uri)
     return good, bad
+
+
+def _schema_conflict(schema: pa.Schema, columns: dict[str, tuple[str, str]]) -> str | None:
+    """Why Spark could not read this file together with the files accepted before it, or None.
+
+    All accepted files are read as one DataFrame (mergeSchema), and Spark fails the whole read
+    when one column has two types, or when names differ only in case; such a file is refused
+    on its own instead."""
+    seen: set[str] = set()
+    for field in schema:
+        key = field.name.lower()
+        if key in seen or field.name in (PATH_COL, ROW_COL):
+            return f"column {field.name!r} appears twice (names are compared without case) or is reserved"
+        seen.add(key)
+        earlier = columns.get(key)
+        if earlier is not None and earlier[0] != str(field.type):
+            return (f"column {field.name!r} is {field.type} here but {earlier[0]} in {earlier[1]}, read earlier; "
+                    "files read together must agree on column types")
+    return None
 
 
 def _json_safe(value):
