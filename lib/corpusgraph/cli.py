@@ -10,6 +10,7 @@ import time
 from typing import Sequence
 
 from .config import Config, ConfigError, load_config
+from .diskfull import DiskFullError
 from .runlock import RunLocked, refuse_if_running
 
 __all__ = ["main"]
@@ -296,6 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunLocked as exc:  # another run writes this warehouse: nothing was done
         print(f"corpusgraph: refused: {exc}", file=sys.stderr)
         return 3
+    except DiskFullError as exc:
+        print(f"corpusgraph: error: {exc.strerror}", file=sys.stderr)
+        return 4
 
 
 if __name__ == "__main__":

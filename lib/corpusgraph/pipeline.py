@@ -19,6 +19,7 @@ from typing import Callable, TextIO
 from .config import Config
 from .delta_io import Warehouse
 from .llm.base import Usage
+from .diskfull import explain_disk_full
 from .runlock import holding_run_lock
 
 __all__ = ["STAGES", "RunContext", "StageResult", "run_index", "run_steps", "format_summary"]
@@ -146,6 +147,7 @@ def run_index(ctx: RunContext, stages: list[str] | None = None) -> dict[str, Sta
 
 
 @holding_run_lock  # one run at a time per warehouse; a second refuses naming the first (runlock.py)
+@explain_disk_full  # ENOSPC from Python or the JVM: one DiskFullError naming the full folder (diskfull.py)
 def run_steps(ctx: RunContext, ordered: list[tuple[str, Callable[[RunContext], StageResult]]]) -> dict[str, StageResult]:
     """Run named steps in the given order, time and log them, and record the run (runs, llm_calls).
 
