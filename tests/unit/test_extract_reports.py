@@ -105,3 +105,12 @@ def test_report_parsing_bounds_and_errors():
                        ReportsSection(max_findings=5))
     assert rep["status"] == "ok" and rep["rating"] == 10.0 and len(rep["findings"]) == 5
     assert parse_report(_ok({"summary": "no title"}), ReportsSection())["status"] == "parse_error"
+
+
+def test_report_findings_or_rating_of_the_wrong_kind_count_as_absent():
+    for findings in ({"summary": "f"}, 5, True, "a finding"):
+        rep = parse_report(_ok({"title": "T", "findings": findings, "rating": 3}), ReportsSection())
+        assert rep["status"] == "ok" and rep["findings"] == [] and rep["rating"] == 3.0
+    for rating in (float("nan"), float("inf"), int("9" * 400), "high"):
+        rep = parse_report(_ok({"title": "T", "findings": [], "rating": rating}), ReportsSection())
+        assert rep["status"] == "ok" and rep["rating"] is None

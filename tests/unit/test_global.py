@@ -150,3 +150,30 @@ def test_parse_rating_clamps_and_refuses():
     assert parse_rating('{"score": 9}') == 5 and parse_rating('{"score": "2"}') == 2
     assert parse_rating('{"score": -1}') == 0
     assert parse_rating("relevant") is None and parse_rating('{"rating": 3}') is None
+    assert parse_rating('{"score": %s}' % ("9" * 400)) is None  # past float's range: no number
+
+
+def _points(score, reports="[1]"):
+    return '{"points": [{"description": "d", "score": %s, "reports": %s}]}' % (score, reports)
+
+
+def test_parse_points_drops_a_score_that_is_not_a_finite_number():
+    from corpusgraph.query.global_search import parse_points
+
+    chunk = {1: "c1", 2: "c2"}
+    for score in ("NaN", "Infinity", "-Infinity", "9" * 400, '"many"', "null"):
+        assert parse_points(_points(score), chunk) == [], score
+    assert [p.score for p in parse_points(_points(150), chunk)] == [100.0]
+    assert [p.score for p in parse_points(_points('"40"'), chunk)] == [40.0]
+
+
+def test_parse_points_drops_report_numbers_no_report_could_have():
+    from corpusgraph.query.global_search import parse_points
+
+    chunk = {1: "c1", 2: "c2"}
+    (point,) = parse_points(_points(5, '["%s", "Report 2"]' % ("7" * 5000)), chunk)
+    assert point.community_ids == ["c2"]  # the 5,000-digit run dropped, the usable number kept
+    (point,) = parse_points(_points(5, '["%s"]' % ("1" * 20)), chunk)
+    assert point.community_ids == ["c1", "c2"]  # nothing usable: credited to the whole chunk
+    (point,) = parse_points(_points(5, '["Report 0002"]'), chunk)
+    assert point.community_ids == ["c2"]  # leading zeros are not digits of the number

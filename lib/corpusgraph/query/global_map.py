@@ -7,6 +7,7 @@ unambiguous; a point whose report ids are unusable is credited to its whole chun
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ __all__ = [
 
 MAX_POINTS = 5  # per map answer; small models repeat themselves without a maxItems
 _DIGITS = re.compile(r"\d+")
+_MAX_NUMBER_DIGITS = 9  # report numbers run from 1 per batch; a longer digit run is no report's
 
 
 @dataclass
@@ -78,7 +80,7 @@ def parse_rating(text: str | None) -> int | None:
         return None
     try:
         return int(min(max(float(obj.get("score")), 0.0), 5.0))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past float's range
         return None
 
 
@@ -125,16 +127,19 @@ def chunk_reports(store: IndexStore, community_ids: list[str], budget: int) -> l
 
 def _report_ids(raw: object, chunk: dict[int, str]) -> list[str]:
     """Report numbers as the model wrote them (3, "3", "Report 3", "[3]") mapped to communities
-    of this chunk; when none is usable the point is credited to the whole chunk."""
+    of this chunk; when none is usable the point is credited to the whole chunk. A digit run too
+    long to be a report number is dropped before int(), which refuses runs past 4,300 digits."""
     items = raw if isinstance(raw, list) else [raw]
-    numbers = [int(d) for item in items if isinstance(item, (int, str)) for d in _DIGITS.findall(str(item))]
+    runs = (d.lstrip("0") or "0"
+            for item in items if isinstance(item, (int, str)) for d in _DIGITS.findall(str(item)))
+    numbers = [int(d) for d in runs if len(d) <= _MAX_NUMBER_DIGITS]
     ids = list(dict.fromkeys(chunk[n] for n in numbers if n in chunk))
     return ids or list(chunk.values())
 
 
 def parse_points(text: str | None, chunk: dict[int, str]) -> list[Point] | None:
     """Points of one map answer, or None when the answer is not a JSON object with a list of
-    points. Single points without a description or a numeric score are dropped."""
+    points. Single points without a description or a finite numeric score are dropped."""
     from corpusgraph.llm.factory import parse_json_answer
 
     obj, _ = parse_json_answer(text)
@@ -146,9 +151,12 @@ def parse_points(text: str | None, chunk: dict[int, str]) -> list[Point] | None:
             continue
         description = item.get("description")
         try:
-            score = min(max(float(item.get("score")), 0.0), 100.0)
-        except (TypeError, ValueError):
+            score = float(item.get("score"))
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past float's range
             continue
+        if not math.isfinite(score):  # NaN would survive the clamp below and poison the reduce's sort
+            continue
+        score = min(max(score, 0.0), 100.0)
         if not isinstance(description, str) or not description.strip():
             continue
         points.append(Point(description.strip(), score, _report_ids(item.get("reports"), chunk)))

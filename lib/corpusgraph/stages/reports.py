@@ -18,6 +18,7 @@ they are whole-community reports.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import replace
 from typing import Any, Iterator, Sequence
@@ -266,14 +267,17 @@ def parse_report(result: ChatResult, section: ReportsSection) -> dict[str, Any]:
     obj, err = parse_json_answer(result.text or "")
     if obj is None or not str(obj.get("title") or "").strip():
         return {**empty, "status": "parse_error", "error": err or "answer has no title"}
+    raw = obj.get("findings")  # anything but a list (an object, a number, true) counts as no findings
     findings = [
         {"summary": str(f.get("summary") or "")[:200], "explanation": str(f.get("explanation") or "")[:400]}
-        for f in (obj.get("findings") or [])[: section.max_findings] if isinstance(f, dict)
+        for f in (raw if isinstance(raw, list) else [])[: section.max_findings] if isinstance(f, dict)
     ]
     try:
-        rating = max(0.0, min(10.0, float(obj.get("rating"))))
-    except (TypeError, ValueError):
+        rating = float(obj.get("rating"))
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past float's range
         rating = None
+    if rating is not None:  # NaN is not a rating (the clamp made it 10.0); infinities are dropped alike
+        rating = max(0.0, min(10.0, rating)) if math.isfinite(rating) else None
     return {"title": str(obj["title"]).strip()[:120], "summary": str(obj.get("summary") or "")[:600],
             "findings": findings, "rating": rating, "rating_explanation": str(obj.get("rating_explanation") or "")[:300],
             "status": "ok", "error": err}
