@@ -1,25 +1,27 @@
 """Fault tolerance of the index: kill a Ray worker, the model server, or the driver mid-stage.
 
 Each time the rerun must finish, pay for no call that had already been answered, and produce
-the same tables as a clean run. The LLM is a scripted OpenAI-compatible server (in a thread of
-this process) whose answers are derived from the unit text, so two runs over the same inputs
-produce the same tables, and whose log of *delivered* answers (written to a still-open
-connection) is the ground truth of what was paid for.
+the same tables as a clean run. The LLM is a scripted OpenAI-compatible server in a child
+process (tests/benchmarks/fault_server.py) whose answers are derived from the unit text, so two
+runs over the same inputs produce the same tables, and whose log of *delivered* answers (written
+to a still-open connection) is the ground truth of what was paid for. The model-server fault
+kills that process mid-stage and starts a new one on the same port.
+
+The figures of each fault (rows lost, calls repaid, requests in flight at the kill, seconds, load
+average) go to tests/benchmarks/results/faults.json when the whole file has run.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import hashlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow]
 import psutil  # noqa: E402  (a declared test dependency)
 
 STAGES = ["ingest", "chunk", "extract", "resolve"]
-LATENCY_S = 0.3
+# Seconds per answer: the extract stage takes about units x LATENCY_S / IN_FLIGHT (some 5 s), long
+# enough that a kill after a third of the answers lands mid-stage, with seconds to spare.
+LATENCY_S = 0.5
 COMPARED = ("extractions", "entities", "relationships")
 
 _NAMES = ["Contoso", "Fabrikam", "Northwind", "Tailspin", "Litware", "Adatum", "Wingtip", "Proseware",
@@ -40,7 +44,7 @@ _NAMES = ["Contoso", "Fabrikam", "Northwind", "Tailspin", "Litware", "Adatum", "
 
 def _docs() -> dict[str, str]:
     docs = {}
-    for i in range(10):
+    for i in range(6):  # 3 units each: enough calls to kill a stage in the middle of
         a, b, c, d = (_NAMES[(i * 3 + k) % len(_NAMES)] for k in (0, 1, 5, 9))
         docs[f"note-{i:02d}.txt"] = (
             f"Weekly note {i}. {a} shipped goods from {b} to {c} on day {i + 3}. "
@@ -52,115 +56,66 @@ def _docs() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- the scripted server
-def _answer_for(body: dict) -> str:
-    """A valid extraction answer whose entities are the capitalised names in the unit text."""
-    user = next((m.get("content", "") for m in body.get("messages", []) if m.get("role") == "user"), "")
-    text = user.split("Text:", 1)[-1]
-    names = list(dict.fromkeys(w for w in re.findall(r"\b[A-Z][a-z]{3,}\b", text) if w in _NAMES))[:4]
-    types = ["ORGANIZATION", "LOCATION", "PERSON"]
-    ents = [{"name": n, "type": types[int(hashlib.sha1(n.encode()).hexdigest(), 16) % 3],
-             "description": f"{n} as named in a note of {len(text)} characters."} for n in names]
-    rels = [{"source": s, "target": t, "description": f"{s} deals with {t}.", "strength": 1 + len(s + t) % 10}
-            for s, t in zip(names, names[1:])]
-    return json.dumps({"entities": ents, "relationships": rels})
-
-
-def _body_key(body: dict) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+SERVER = REPO / "tests" / "benchmarks" / "fault_server.py"
 
 
 class ScriptedServer:
-    """OpenAI-compatible chat endpoint in a background thread; can be killed and restarted on its port.
+    """tests/benchmarks/fault_server.py in a child process: scripted answers after LATENCY_S, and
+    a log of every answer delivered to a connection still open (what was paid for).
 
-    delivered: request-body keys whose answer was written to a connection still open (paid).
-    undelivered: answers computed for a client that had gone away, or cut off by kill().
+    kill() cuts every in-flight request and ends the process at once; a new ScriptedServer on
+    the same port (and its own log) stands in for the restarted model server.
     """
 
-    def __init__(self, latency_s: float = LATENCY_S, port: int = 0):
-        self.latency_s, self.port = latency_s, port
-        self.delivered: list[str] = []
-        self.undelivered: list[str] = []
-        self.dead = False
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner = None
-        self._thread: threading.Thread | None = None
+    def __init__(self, log: Path, latency_s: float = LATENCY_S, port: int = 0):
+        self.log, self.latency_s, self.port = Path(log), latency_s, port
+        self.proc: subprocess.Popen | None = None
+        self.killed_state: dict | None = None
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def n_delivered(self) -> int:
-        with self._lock:
-            return len(self.delivered)
-
-    def _app(self):
-        from aiohttp import web
-
-        async def chat(request: web.Request):
-            body = await request.json()
-            key = _body_key(body)
-            await asyncio.sleep(self.latency_s)
-            tr = request.transport
-            if self.dead or tr is None or tr.is_closing():
-                with self._lock:
-                    self.undelivered.append(key)
-                if tr is not None:
-                    tr.abort()
-                raise ConnectionResetError("server killed or client gone")
-            answer = _answer_for(body)
-            chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
-            usage = {"prompt_tokens": chars // 4 + 1, "completion_tokens": len(answer) // 4 + 1}
-            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-            resp = web.json_response({
-                "id": "cmpl-" + key[:12], "object": "chat.completion", "model": body.get("model", "x"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": answer}}],
-                "usage": usage,
-            })
-            await resp.prepare(request)
-            await resp.write_eof()
-            with self._lock:
-                self.delivered.append(key)
-            return resp
-
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        return app
+    @property
+    def dead(self) -> bool:
+        return self.proc is None or self.proc.poll() is not None
 
     def start(self) -> "ScriptedServer":
-        from aiohttp import web
-
-        ready = threading.Event()
-        self.dead = False
-
-        async def main():
-            self._runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=0.5)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
-            await site.start()
-            self.port = self._runner.addresses[0][1]
-            ready.set()
-
-        def thread():
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(main())
-            self._loop.run_forever()
-            self._loop.close()
-
-        self._thread = threading.Thread(target=thread, name="scripted-llm", daemon=True)
-        self._thread.start()
-        assert ready.wait(30), "scripted server did not start"
+        self.log.touch()
+        cmd = [sys.executable, str(SERVER), "--latency-s", str(self.latency_s), "--log", str(self.log),
+               "--port", str(self.port)]
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True)
+        url = self.proc.stdout.readline().strip()
+        if not url.startswith("http"):
+            self.proc.kill()
+            raise AssertionError(f"fault_server.py did not start (exit {self.proc.wait()})")
+        self.port = int(url.rsplit(":", 1)[1].split("/")[0])
         return self
 
+    @property
+    def delivered(self) -> list[str]:
+        return self.log.read_text().split()
+
+    @property
+    def undelivered(self) -> list[str]:
+        p = Path(str(self.log) + ".undelivered")
+        return p.read_text().split() if p.exists() else []
+
+    def n_delivered(self) -> int:
+        return len(self.delivered)
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=30) as resp:
+            return json.loads(resp.read())
+
     def kill(self) -> None:
-        """Stop answering at once: in-flight requests are cut, new connections refused."""
-        self.dead = True
-        loop = self._loop
-        fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop)
-        fut.result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        self._thread.join(30)
+        """The model server dies: in-flight requests are cut, new connections refused."""
+        if self.dead:
+            return
+        self.proc.send_signal(signal.SIGUSR1)
+        self.proc.wait(30)
+        killed = Path(str(self.log) + ".killed")
+        self.killed_state = json.loads(killed.read_text()) if killed.exists() else None
 
 
 # --------------------------------------------------------------------------- helpers
@@ -255,6 +210,56 @@ def _repaid_at_kill(delivered: list[str], delivered_at_kill: int) -> set[str]:
     return repaid
 
 
+FAULTS = ("worker_kill", "model_server_kill", "driver_kill")
+RESULTS = REPO / "tests" / "benchmarks" / "results" / "faults.json"
+
+
+@pytest.fixture(scope="module")
+def report():
+    """Collects each fault's figures; writes faults.json once every fault of the file has run."""
+    t0, load0 = time.monotonic(), os.getloadavg()
+    out: dict = {"faults": {}}
+    yield out
+    if set(out["faults"]) != set(FAULTS):
+        print(f"faults.json not written: only {sorted(out['faults'])} ran")
+        return
+    out.update({
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "server": f"tests/benchmarks/fault_server.py (scripted answers after {LATENCY_S} s, log of delivered answers)",
+        "requests_in_flight_max": IN_FLIGHT,
+        "seconds": round(time.monotonic() - t0, 1),
+        "load_average_start": [round(x, 2) for x in load0],
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+    })
+    out["faults"] = {k: out["faults"][k] for k in FAULTS}
+    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
+
+
+def _lost(clean_tables: dict, tables: dict) -> dict[str, int]:
+    """Rows of the clean run's tables missing after the rerun, and rows it has that they lack."""
+    out = {}
+    for name in COMPARED:
+        want, got = collections.Counter(clean_tables[name]), collections.Counter(tables.get(name, []))
+        out[name] = {"missing": sum((want - got).values()), "extra": sum((got - want).values())}
+    return out
+
+
+def _record(report: dict, fault: str, t0: float, load0, clean: dict, server_logs: list[str], tables: dict,
+            repaid: set[str], in_flight: int | None, **extra) -> None:
+    report["faults"][fault] = {
+        "lost_rows": _lost(clean["tables"], tables),
+        "calls_never_answered": len(clean["keys"] - set(server_logs)),
+        "units": clean["units"],
+        "answered": len(server_logs),
+        "repaid_calls": len(repaid),
+        "in_flight_at_kill": in_flight,
+        **extra,
+        "seconds": round(time.monotonic() - t0, 1),
+        "load_average": [round(x, 2) for x in load0],
+    }
+
+
 def _write_inputs(root: Path) -> Path:
     inputs = root / "in"
     inputs.mkdir(parents=True)
@@ -264,10 +269,11 @@ def _write_inputs(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def clean(spark, tmp_path_factory):
+def clean(spark, tmp_path_factory, report):
+    t0 = time.monotonic()
     root = tmp_path_factory.mktemp("clean")
     inputs = _write_inputs(root)
-    server = ScriptedServer().start()
+    server = ScriptedServer(root / "served.log").start()
     try:
         cfg = _config(root, inputs, server)
         ctx = _run(spark, cfg)
@@ -276,9 +282,14 @@ def clean(spark, tmp_path_factory):
     units = ctx.results["extract"].rows["units"]
     assert 15 <= units <= 60, f"{units} units: the fixture is meant to give a few dozen"
     assert ctx.results["extract"].rows.get("status_ok") == units
-    keys = set(server.delivered)
-    assert len(server.delivered) == len(keys) == units
-    return {"tables": _tables(cfg.storage.warehouse), "keys": keys, "units": units}
+    delivered = server.delivered
+    keys = set(delivered)
+    assert len(delivered) == len(keys) == units
+    tables = _tables(cfg.storage.warehouse)
+    assert all(tables[name] for name in COMPARED), {k: len(v) for k, v in tables.items()}
+    report["clean_run"] = {"units": units, "answered": len(delivered),
+                           "rows": {k: len(v) for k, v in tables.items()}, "seconds": round(time.monotonic() - t0, 1)}
+    return {"tables": tables, "keys": keys, "units": units}
 
 
 def _in_thread(fn):
@@ -309,9 +320,10 @@ def _llm_worker_pids() -> list[int]:
 
 
 # --------------------------------------------------------------------------- the faults
-def test_killed_ray_worker_then_rerun(spark, clean, tmp_path):
+def test_killed_ray_worker_then_rerun(spark, clean, report, tmp_path):
+    t0, load0 = time.monotonic(), os.getloadavg()
     inputs = _write_inputs(tmp_path)
-    server = ScriptedServer().start()
+    server = ScriptedServer(tmp_path / "served.log").start()
     try:
         cfg = _config(tmp_path, inputs, server)
         thread, box = _in_thread(lambda: _run(spark, cfg))
@@ -320,6 +332,7 @@ def test_killed_ray_worker_then_rerun(spark, clean, tmp_path):
         assert thread.is_alive(), f"the run ended before the kill: {box}"
         pids = _llm_worker_pids()
         assert pids, "no _LLMWorker actor process found"
+        in_flight = server.stats()["in_flight"]
         os.kill(pids[0], signal.SIGKILL)
         killed_at = server.n_delivered()
         thread.join(600)
@@ -331,23 +344,30 @@ def test_killed_ray_worker_then_rerun(spark, clean, tmp_path):
         second = _run(spark, cfg)
     finally:
         server.kill()
+    delivered = server.delivered
+    repaid = {k for k, n in collections.Counter(delivered).items() if n > 1}
+    tables = _tables(cfg.storage.warehouse)
+    _record(report, "worker_kill", t0, load0, clean, delivered, tables, repaid, in_flight,
+            answered_before_kill=killed_at, first_run="failed" if "error" in box else "finished")
     assert 0 < killed_at < clean["units"]
     # As for the driver: an answer the server wrote just before the SIGKILL and the actor never
     # cached may be paid again, at most the requests in flight, only among the last answers
     # delivered before the kill; every answer that reached the cache is not.
-    repaid = _repaid_at_kill(server.delivered, killed_at)
-    _assert_paid_once(server.delivered, clean["keys"], lost_in_transit=repaid)
-    assert _tables(cfg.storage.warehouse) == clean["tables"]
+    repaid = _repaid_at_kill(delivered, killed_at)
+    _assert_paid_once(delivered, clean["keys"], lost_in_transit=repaid)
+    assert tables == clean["tables"]
     calls = _llm_calls(cfg.storage.warehouse)[second.run_id]
     # The rerun's accounting is what the server answered after the first run ended.
-    assert calls["calls"] == len(server.delivered) - first_run_paid
+    assert calls["calls"] == len(delivered) - first_run_paid
     assert calls["errors"] == 0
 
 
-def test_killed_model_server_then_rerun(spark, clean, tmp_path):
+def test_killed_model_server_then_rerun(spark, clean, report, tmp_path):
+    t0, load0 = time.monotonic(), os.getloadavg()
     inputs = _write_inputs(tmp_path)
-    server = ScriptedServer().start()
+    server = ScriptedServer(tmp_path / "served.log").start()
     n_kill = clean["units"] // 3
+    restarted = None
     try:
         cfg = _config(tmp_path, inputs, server, **{"llm.max_retries": "1"})
         thread, box = _in_thread(lambda: _run(spark, cfg))
@@ -358,19 +378,31 @@ def test_killed_model_server_then_rerun(spark, clean, tmp_path):
         thread.join(600)
         assert not thread.is_alive()
         first = box.get("value")
-        print(f"server killed after {paid_before} answers; first run: "
+        print(f"server killed after {paid_before} answers ({server.killed_state}); first run: "
               f"{'failed: ' + repr(box['error'])[:300] if 'error' in box else first.results['extract'].rows}")
-        restarted = ScriptedServer(port=server.port).start()
+        # The model server comes back on the same port: the rerun's config is unchanged.
+        restarted = ScriptedServer(tmp_path / "served-after-restart.log", port=server.port).start()
+        assert restarted.port == server.port
         try:
             second = _run(spark, cfg)
         finally:
             restarted.kill()
     finally:
-        if not server.dead:
-            server.kill()
+        server.kill()
+    assert server.killed_state is not None, "the server's kill left no record"
+    delivered = server.delivered + (restarted.delivered if restarted else [])
+    repaid = {k for k, n in collections.Counter(delivered).items() if n > 1}
+    tables = _tables(cfg.storage.warehouse)
+    _record(report, "model_server_kill", t0, load0, clean, delivered, tables, repaid,
+            server.killed_state["in_flight"], answered_before_kill=paid_before,
+            answered_after_restart=len(restarted.delivered),
+            first_run="failed" if first is None else "partial")
     assert 0 < paid_before < clean["units"]
-    _assert_paid_once(server.delivered + restarted.delivered, clean["keys"])
-    assert _tables(cfg.storage.warehouse) == clean["tables"]
+    # The server died with requests in flight; none of them had been answered, so nothing at
+    # all may be paid twice.
+    assert server.killed_state["served"] == paid_before
+    _assert_paid_once(delivered, clean["keys"])
+    assert tables == clean["tables"]
     calls = _llm_calls(cfg.storage.warehouse)
     if first is not None:  # the run survived the outage: its failures are llm_error rows, retried next time
         assert first.results["extract"].rows.get("status_llm_error", 0) == clean["units"] - paid_before
@@ -393,9 +425,10 @@ def _cli(cfg_over: dict[str, str], log: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def test_killed_driver_then_rerun(clean, tmp_path):
+def test_killed_driver_then_rerun(clean, report, tmp_path):
+    t0, load0 = time.monotonic(), os.getloadavg()
     inputs = _write_inputs(tmp_path)
-    server = ScriptedServer().start()
+    server = ScriptedServer(tmp_path / "served.log").start()
     try:
         over = _overrides(tmp_path, inputs, server)
         proc = _cli(over, tmp_path / "first.log")
@@ -404,6 +437,7 @@ def test_killed_driver_then_rerun(clean, tmp_path):
                   limit_s=600)
         assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
         family = psutil.Process(proc.pid).children(recursive=True)
+        in_flight = server.stats()["in_flight"]
         proc.send_signal(signal.SIGKILL)
         proc.wait(60)
         paid_before = server.n_delivered()
@@ -423,13 +457,18 @@ def test_killed_driver_then_rerun(clean, tmp_path):
         assert rc == 0, log[-3000:]
     finally:
         server.kill()
+    delivered = server.delivered
+    repaid = {k for k, n in collections.Counter(delivered).items() if n > 1}
+    tables = _tables(over["storage.warehouse"])
+    _record(report, "driver_kill", t0, load0, clean, delivered, tables, repaid, in_flight,
+            answered_before_kill=paid_first, leftover_processes_killed=len(left))
     assert 0 < paid_before < clean["units"]
     # A SIGKILL can land after the server wrote an answer and before the client cached it: at
     # most the requests in flight, and only the last answers delivered before the kill, may be
     # paid again. Every answer that reached the cache is not.
-    repaid = _repaid_at_kill(server.delivered, paid_first)
-    _assert_paid_once(server.delivered, clean["keys"], lost_in_transit=repaid)
-    assert _tables(over["storage.warehouse"]) == clean["tables"]
+    repaid = _repaid_at_kill(delivered, paid_first)
+    _assert_paid_once(delivered, clean["keys"], lost_in_transit=repaid)
+    assert tables == clean["tables"]
     runs = _runs(over["storage.warehouse"])
     # The killed driver's row stays "running" (it never finished); the rerun's is "ok".
     assert sorted(runs.values()) == ["ok", "running"], runs
