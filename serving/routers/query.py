@@ -12,6 +12,7 @@ import asyncio
 import copy
 import dataclasses
 import functools
+import time
 from typing import Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -93,7 +94,11 @@ def build_router(settings: ServiceSettings) -> APIRouter:
         documents, tokens and dollars, from only what the key's access domains allow. A model
         failure is reported in `error`, with whatever the method could still say: the same Answer
         the CLI prints."""
-        call = functools.partial(_ask, engine, caller.domains, body.question, body.method, body.level, body.top_k)
+        # The model calls stop at the same instant the caller stops waiting: a 504'd question
+        # must not keep its worker thread and model slots busy retrying in the background.
+        until = time.monotonic() + settings.request_timeout_s
+        call = functools.partial(_ask, engine, caller.domains, body.question, body.method, body.level, body.top_k,
+                                 until)
         work = asyncio.get_running_loop().run_in_executor(request.app.state.executor, call)
         try:
             answer = await asyncio.wait_for(work, settings.request_timeout_s)
@@ -115,14 +120,18 @@ def build_router(settings: ServiceSettings) -> APIRouter:
     return router
 
 
-def _ask(engine: QueryEngine, domains, question: str, method: str, level: int | None, top_k: int | None) -> Answer:
+def _ask(engine: QueryEngine, domains, question: str, method: str, level: int | None, top_k: int | None,
+         until: float | None = None) -> Answer:
     """Blocking, on a worker thread: the caller's view (built on first use, so inside the
-    timeout), then the engine's answer over it."""
+    timeout), then the engine's answer over it, its model calls bounded by `until`."""
+    from corpusgraph.llm.base import deadline
+
     if domains is not None:
         engine = engine.with_store(engine.store.restricted(domains))
     if top_k is not None:
         engine = _with_top_k(engine, top_k)
-    return engine.ask(question, method=method, level=level)
+    with deadline(until):
+        return engine.ask(question, method=method, level=level)
 
 
 def _with_top_k(engine: QueryEngine, top_k: int) -> QueryEngine:

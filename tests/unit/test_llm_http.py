@@ -278,3 +278,43 @@ def test_model_pickles_for_ray_actors(server, tmp_path):
     [r] = clone.complete([req("ok")])
     assert r.cached and r.text == "answer:ok"
     assert "sk-secret-123" not in repr(clone)  # reprs end up in logs
+
+
+def test_a_passed_deadline_sends_nothing(server):
+    from corpusgraph.llm.base import deadline
+
+    with deadline(time.monotonic() - 1):
+        [r] = model(server).complete([req("ok")])
+    assert r.text is None and "deadline passed" in r.error and "not sent" in r.error
+    assert "ok" not in server.calls
+
+
+def test_a_deadline_stops_retrying_a_dead_endpoint(server):
+    import socket
+
+    from corpusgraph.llm.base import deadline
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once the block ends
+    # Without a deadline: 11 attempts with backoff windows up to 5 s, tens of seconds.
+    m = OpenAIChatModel("m", f"http://127.0.0.1:{port}/v1", max_retries=10, backoff_base_s=1.0, backoff_max_s=5.0)
+    t0 = time.monotonic()
+    with deadline(time.monotonic() + 0.5):
+        [r] = m.complete([req("ok")])
+    assert time.monotonic() - t0 < 2.0
+    assert "deadline passed" in r.error
+
+
+def test_a_deadline_cuts_a_request_on_the_wire_and_returns_its_lease(server):
+    from corpusgraph.llm.base import deadline
+
+    m = model(server, timeout_s=10.0, concurrency=1)  # one slot: a lost lease would block the next call
+    t0 = time.monotonic()
+    with deadline(time.monotonic() + 0.3):
+        [r] = m.complete([req("sleep2")])
+    assert time.monotonic() - t0 < 1.5
+    assert "deadline passed" in r.error and "on the wire" in r.error
+    with deadline(time.monotonic() + 3.0):
+        [again] = m.complete([req("ok")])  # the slot came back: the next call goes through
+    assert again.text == "answer:ok"

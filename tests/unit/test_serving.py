@@ -277,6 +277,30 @@ def test_a_slow_answer_is_a_504_and_the_service_stays_responsive(store):
         assert client.get("/healthz").status_code == 200
 
 
+class DeadlineChat(ScriptedChat):
+    """Records the deadline its calls run under (corpusgraph.llm.base.seconds_left)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.left: list = []
+
+    def complete(self, requests):
+        from corpusgraph.llm.base import seconds_left
+
+        self.left.append(seconds_left())
+        return super().complete(requests)
+
+
+def test_a_question_s_model_calls_run_under_the_request_deadline(store):
+    from corpusgraph.llm.base import seconds_left
+
+    chat = DeadlineChat("Mara Voss [R1].")
+    with running(store, chat=chat, request_timeout_s=7.0) as (client, _):
+        assert client.post("/v1/query", json={"question": QUESTION, "method": "basic"}).status_code == 200
+    assert chat.left and all(x is not None and 0 < x <= 7.0 for x in chat.left), chat.left
+    assert seconds_left() is None  # the worker thread's deadline does not leak out of the request
+
+
 def test_docs_and_openapi_are_served(store):
     with running(store) as (client, _):
         docs = client.get("/docs")

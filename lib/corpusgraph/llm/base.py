@@ -2,16 +2,43 @@
 
 Batch in, batch out: `ChatModel.complete` returns one `ChatResult` per `ChatRequest`, in
 order; a failed request is a result with `error` set, never an exception that loses the batch.
+
+`deadline(at)` bounds every chat call made inside it (in this thread, and in the event loops it
+starts) by a time.monotonic() instant: past it a request is not sent or retried but becomes an
+error result at once. The query service sets it per question, so a question it has stopped
+waiting for (a 504) stops spending model calls and its worker thread, instead of retrying a
+failing model in the background while new questions queue behind it.
 """
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["ChatRequest", "ChatResult", "ChatModel", "Embedder", "Usage"]
+__all__ = ["ChatRequest", "ChatResult", "ChatModel", "Embedder", "Usage", "deadline", "seconds_left"]
+
+_DEADLINE: ContextVar[float | None] = ContextVar("corpusgraph_llm_deadline", default=None)
+
+
+@contextmanager
+def deadline(at: float | None) -> Iterator[None]:
+    """Chat calls inside the block give up at time.monotonic() == `at` (None: no limit)."""
+    token = _DEADLINE.set(at)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def seconds_left() -> float | None:
+    """Seconds to the innermost deadline (negative once past), or None without one."""
+    at = _DEADLINE.get()
+    return None if at is None else at - time.monotonic()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ in input order; nothing a single request does (a 400, a hang, a garbage body) ra
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
 import json
 import random
@@ -20,7 +21,7 @@ from typing import Any, Literal, Sequence
 
 import httpx
 
-from corpusgraph.llm.base import ChatRequest, ChatResult
+from corpusgraph.llm.base import ChatRequest, ChatResult, seconds_left
 from corpusgraph.llm.cache import ResponseCache, cache_key
 from corpusgraph.llm.connections import ClientSet, LoopClients
 from corpusgraph.llm.endpoints import EndpointPool, Lease, estimate_tokens
@@ -32,6 +33,12 @@ SchemaStyle = Literal["openai", "llama_cpp"]
 # Never sleep longer than this for one Retry-After, whatever the server asks; a server that
 # wants minutes is better reported as an error than waited on by a whole stage.
 _RETRY_AFTER_CAP_S = 120.0
+_PAST_DEADLINE = "the caller's deadline passed (llm.base.deadline)"
+
+
+async def _within(awaitable, left: float | None):
+    """`awaitable`, bounded by `left` seconds when there is a deadline."""
+    return await (awaitable if left is None else asyncio.wait_for(awaitable, max(left, 0.0)))
 
 
 class _Retryable(Exception):
@@ -123,7 +130,8 @@ class OpenAIChatModel:
             except BaseException as exc:  # surfaced below, in the caller's thread
                 failure.append(exc)
 
-        worker = threading.Thread(target=run, name="corpusgraph-llm-batch")
+        # The caller's context (its deadline) goes with the batch to the thread.
+        worker = threading.Thread(target=contextvars.copy_context().run, args=(run,), name="corpusgraph-llm-batch")
         worker.start()
         worker.join()
         if failure:
@@ -188,11 +196,20 @@ class OpenAIChatModel:
         cost = estimate_tokens(req.messages, req.max_tokens, schema_chars)
         attempts = self.max_retries + 1
         for attempt in range(attempts):
+            left = seconds_left()
+            if left is not None and left <= 0:
+                return ChatResult(id=req.id, text=None, error=_PAST_DEADLINE + (
+                    f" after {attempt} attempts" if attempt else "; not sent"))
+            stage = "waiting for an endpoint"
             try:
                 # The lease is held only while a request is on the wire, not while backing off;
                 # each attempt may go to a different endpoint.
-                lease = await self.pool.acquire(cost)
-                return await self._attempt(clients.get(lease.url, lease.slot), lease, req, body)
+                lease = await _within(self.pool.acquire(cost), seconds_left())
+                stage = "with the request on the wire"  # cancelled there, the lease still goes back
+                return await _within(self._attempt(clients.get(lease.url, lease.slot), lease, req, body),
+                                     seconds_left())
+            except asyncio.TimeoutError:
+                return ChatResult(id=req.id, text=None, error=f"{_PAST_DEADLINE} {stage}")
             except _Fatal as exc:
                 return ChatResult(id=req.id, text=None, error=str(exc))
             except _Retryable as exc:
@@ -200,7 +217,9 @@ class OpenAIChatModel:
                     return ChatResult(id=req.id, text=None, error=f"{exc} (gave up after {attempts} attempts)")
                 if exc.unreachable and self.pool.any_healthy():
                     continue  # that endpoint is cooling now; another one can take it at once
-                await asyncio.sleep(self._delay(attempt, exc.wait_s))
+                delay = self._delay(attempt, exc.wait_s)
+                left = seconds_left()
+                await asyncio.sleep(delay if left is None else max(0.0, min(delay, left)))
         raise AssertionError("unreachable")
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
