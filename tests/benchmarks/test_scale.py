@@ -257,7 +257,10 @@ def write_results(entry: dict) -> dict:
         "resolution": None if largest_resolved is None else
         {"documents": largest_resolved["documents"], **largest_resolved["resolution"]},
         "linearity_seconds_per_doc_ratio": linearity(sizes),
-        "local_context_p50_ms": None, "local_context_p99_ms": None, "entities": None, "ann_recall_at_10": None,
+        # Measured by test_service_scale.py on a size's finished index (kept across reruns here).
+        **{k: old.get(k) for k in ("local_context_p50_ms", "local_context_p99_ms", "entities", "ann_recall_at_10",
+                                   "local_context")},
+        **({"update": old["update"]} if "update" in old else {}),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other work (see loadavg_*), "
                    f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, Spark local[2], "
                    f"{platform.system()}",
@@ -268,7 +271,8 @@ def write_results(entry: dict) -> dict:
             "ray_peak_mb sums RSS over every Ray process (raylet, GCS, workers): shared object-store pages "
             "count once per process that maps them, so it is an upper bound.",
             "LLM and embeddings: tests/benchmarks/scale_server.py (scripted from the corpus truth), not a model.",
-            "local_context_* / entities / ann_recall_at_10: not measured by this benchmark (issue 13 item 4).",
+            "local_context_* / entities / ann_recall_at_10: from test_service_scale.py on the largest finished "
+            "index (see local_context).",
         ],
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
