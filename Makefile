@@ -68,8 +68,11 @@ bench-llm: setup
 
 # The whole index on a synthetic corpus with the scripted scale server (issue 13); writes
 # tests/benchmarks/results/scale.json. CORPUSGRAPH_BENCH_SCALE_SIZES=10000,100000 for more sizes.
+# The whole index per size (CORPUSGRAPH_BENCH_SCALE_SIZES), then update +-1%, the service and the
+# dry run (CORPUSGRAPH_BENCH_SCALE_ESTIMATE_SIZES) on what it built; see README "Scaling".
 bench-scale: setup
-	$(PYTEST) tests/benchmarks/test_scale.py -m slow -s --timeout 10800
+	$(PYTEST) tests/benchmarks/test_scale.py tests/benchmarks/test_scale_update.py \
+	  tests/benchmarks/test_service_scale.py -m slow -s --timeout 10800
 
 # Microsoft graphrag for the side-by-side benchmarks, pinned in tests/benchmarks/graphrag_side.py,
 # in its own virtualenv under ~/.cache/corpusgraph-bench (never .venv); the benchmarks also build
