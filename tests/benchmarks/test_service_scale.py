@@ -223,9 +223,8 @@ def test_service_on_the_scale_index(tmp_path):
             figures["rss_mb_start"] = round(rss_mb(service.pid), 1)
             sampler = RssSampler(service.pid)
             sampler.start()
-            pairs = pick_entities_from_questions(figures)
             qfile = tmp_path / "questions.json"
-            qfile.write_text(json.dumps(pairs))
+            qfile.write_text(json.dumps(load_mix(figures)))
             events_file = tmp_path / "events.jsonl"
             warmup_s = 5.0
             load = subprocess.Popen(
@@ -283,7 +282,7 @@ def test_service_on_the_scale_index(tmp_path):
     assert summary["phases"]["after"]["ok"] > 0, summary["phases"]["after"]  # answers resume
 
 
-def pick_entities_from_questions(figures: dict) -> list[dict]:
+def load_mix(figures: dict) -> list[dict]:
     """The load mix: every method, local and drift questions naming the index's own entities."""
     names = figures.pop("_names")
     mix = []
