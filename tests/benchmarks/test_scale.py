@@ -260,7 +260,7 @@ def write_results(entry: dict) -> dict:
         # Measured by test_service_scale.py on a size's finished index (kept across reruns here).
         **{k: old.get(k) for k in ("local_context_p50_ms", "local_context_p99_ms", "entities", "ann_recall_at_10",
                                    "local_context")},
-        **({"update": old["update"]} if "update" in old else {}),
+        **{k: old[k] for k in ("update", "findings") if k in old},
         "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other work (see loadavg_*), "
                    f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, Spark local[2], "
                    f"{platform.system()}",
