@@ -42,7 +42,7 @@ def test_llm_and_embed_tasks_finish_on_a_one_cpu_ray(one_cpu_ray, tmp_path):
     pq.write_table(pa.table({"unit_id": [f"u{i}" for i in range(6)], "text": units,
                              "n_tokens": pa.array([16] * 6, pa.int32())}), tmp_path / "in" / "units.parquet")
     one_cpu = RaySection(num_cpus=1, actors=1)
-    server = ScriptedServer(latency_s=0.05).start()
+    server = ScriptedServer(tmp_path / "served.log", latency_s=0.05).start()
     try:
         llm = LLMSection(backend="openai", api_base=server.base_url, model="scripted", concurrency=2)
         task = ExtractTask(ExtractSection(), load_prompt(REPO / "conf" / "prompts" / "extract.txt"),
