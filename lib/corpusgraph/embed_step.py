@@ -3,8 +3,8 @@
 Only items whose (kind, id, model, text hash) has no vector are sent (stages/embed.py). An item
 the endpoint gave no vector stays pending, is counted and named in the stage's notes, and makes
 the run "partial" through its usage errors. The FAISS files are rebuilt from the table: each
-kind's vectors are written by Spark to the run's hand-off folder; a Ray task (`build_index`, one
-CPU, one kind at a time) reads them back with pyarrow, batch by batch, into one preallocated
+kind's vectors are written by Spark to the run's hand-off folder; a Ray task on the driver's node
+(`build_index`, one kind at a time) reads them back with pyarrow, batch by batch, into one preallocated
 float32 matrix (no Python list per vector), and ann.py chooses, builds and measures the index
 (exact or approximate by size). The driver gets only each index's metadata: the vectors are
 corpus-sized (65 MB at 100k documents with 64 dimensions, gigabytes at millions with 384), and
@@ -157,6 +157,13 @@ def build_index(path: str, index_dir: str, kind: str, model: str, params, dim: i
 
 
 def _remote_build(path: str, index_dir: str, kind: str, model: str, params, dim: int) -> dict:
+    """build_index in a Ray worker process on the driver's own node: out of the driver's memory,
+    but writing index_dir on the filesystem the driver (and the service after it) reads."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return ray.get(ray.remote(num_cpus=1, max_retries=1)(build_index).remote(path, index_dir, kind, model, params, dim))
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    # No CPU claimed: a driver's node may give Ray none (a head started with num_cpus=0), and
+    # the task must still run there.
+    task = ray.remote(num_cpus=0, max_retries=1, scheduling_strategy=here)(build_index)
+    return ray.get(task.remote(path, index_dir, kind, model, params, dim))
