@@ -93,6 +93,25 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 180.0) -> No
     raise TimeoutError("the service did not become ready")
 
 
+def start_service(port: int, sets: dict[str, str], log_path: Path, *args: str) -> subprocess.Popen:
+    """`corpusgraph serve` in its own process on 127.0.0.1:`port` with the config overrides `sets`
+    and the bench key, one BLAS thread per request, stderr to `log_path`."""
+    cmd = [sys.executable, "-m", "corpusgraph.cli", "serve", "--conf", str(REPO / "conf" / "local.yaml"),
+           "--port", str(port), "--api-key", API_KEY, "--log-level", "warning", *args]
+    for k, v in sets.items():
+        cmd += ["--set", f"{k}={v}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), str(REPO)]), **ONE_THREAD}
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(log_path, "w"))
+
+
+def stop_service(service: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    service.terminate()
+    try:
+        service.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        service.kill()
+
+
 def test_service_under_load(tmp_path):
     wh, index_dir = build_index(tmp_path / "index")
     llm = ChildServer(ANSWER_SERVER, "--slots", "512", "--latency-s", str(LATENCY_S))
@@ -103,14 +122,7 @@ def test_service_under_load(tmp_path):
         sets = {"llm.backend": "openai", "llm.api_base": llm_url, "llm.model": "bench",
                 "llm.concurrency": str(LLM_CONCURRENCY), "storage.warehouse": wh, "storage.index_dir": index_dir,
                 "storage.cache_dir": str(tmp_path / "cache")}
-        cmd = [sys.executable, "-m", "corpusgraph.cli", "serve", "--conf", str(REPO / "conf" / "local.yaml"),
-               "--port", str(port), "--api-key", API_KEY, "--max-concurrent", str(SERVICE_WORKERS),
-               "--log-level", "warning"]
-        for k, v in sets.items():
-            cmd += ["--set", f"{k}={v}"]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), str(REPO)]), **ONE_THREAD}
-        service = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                                   stderr=open(tmp_path / "serve.log", "w"))
+        service = start_service(port, sets, tmp_path / "serve.log", "--max-concurrent", str(SERVICE_WORKERS))
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, service)
         qfile = tmp_path / "questions.json"
@@ -122,11 +134,7 @@ def test_service_under_load(tmp_path):
         stats = llm.get_json("/stats", timeout=5)
     finally:
         if service is not None:
-            service.terminate()
-            try:
-                service.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                service.kill()
+            stop_service(service, timeout_s=20)
         llm.stop()
     figures.update({
         "load_average_1m_after": round(os.getloadavg()[0], 1),

@@ -43,7 +43,7 @@ import pytest
 from tests.benchmarks import scale_server
 from tests.benchmarks.child_server import ChildServer
 from tests.benchmarks.test_scale import embedding_overrides
-from tests.benchmarks.test_service_load import API_KEY, ONE_THREAD, free_port, wait_ready
+from tests.benchmarks.test_service_load import API_KEY, ONE_THREAD, free_port, start_service, stop_service, wait_ready
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow]
@@ -208,15 +208,9 @@ def test_service_on_the_scale_index(tmp_path):
         service = sampler = None
         try:
             port = free_port()
-            cmd = [sys.executable, "-m", "corpusgraph.cli", "serve", "--conf", str(REPO / "conf" / "local.yaml"),
-                   "--port", str(port), "--api-key", API_KEY, "--max-concurrent", str(SERVICE_WORKERS),
-                   "--timeout", str(SERVICE_TIMEOUT_S), "--log-level", "warning"]
-            for k, v in sets.items():
-                cmd += ["--set", f"{k}={v}"]
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), str(REPO)]), **ONE_THREAD}
             t_start = time.monotonic()
-            service = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                                       stderr=open(tmp_path / "serve.log", "w"))
+            service = start_service(port, sets, tmp_path / "serve.log", "--max-concurrent", str(SERVICE_WORKERS),
+                                    "--timeout", str(SERVICE_TIMEOUT_S))
             url = f"http://127.0.0.1:{port}"
             wait_ready(url, service, timeout_s=900)
             figures["service_start_s"] = round(time.monotonic() - t_start, 1)
@@ -249,11 +243,7 @@ def test_service_on_the_scale_index(tmp_path):
             if sampler is not None:
                 sampler.halt.set()
             if service is not None:
-                service.terminate()
-                try:
-                    service.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    service.kill()
+                stop_service(service)
             llm.stop()
     summary = summarise(events)
     out_doc = {
