@@ -28,6 +28,12 @@ from .tables import spark_schema
 __all__ = ["embed", "read_vectors"]
 
 
+def _mixed_dimensions(model: str, dims) -> ValueError:
+    return ValueError(f"embeddings rows of {model} have vectors of {sorted(dims)} dimensions: the endpoint behind "
+                      "the model name changed; delete its rows from the embeddings table (or use a new "
+                      "embeddings.model name) and embed again")
+
+
 def read_vectors(path: str) -> tuple[list[str], np.ndarray, int]:
     """(ids, (n, dim) float32 matrix, bytes read) from Parquet files of (id, vector), in file order.
 
@@ -56,9 +62,7 @@ def read_vectors(path: str) -> tuple[list[str], np.ndarray, int]:
             matrix = np.empty((n, hi.as_py() or 1), dtype=np.float32)
         dim = matrix.shape[1]
         if lo.as_py() != dim or hi.as_py() != dim:
-            raise ValueError(f"embeddings rows of one model have vectors of {sorted({lo.as_py(), hi.as_py(), dim})} "
-                             "dimensions: the endpoint behind the model name changed; delete its rows from the "
-                             "embeddings table (or use a new embeddings.model name) and embed again")
+            raise _mixed_dimensions("one model", {lo.as_py(), hi.as_py(), dim})
         flat = col.flatten().to_numpy(zero_copy_only=False)
         matrix[at : at + batch.num_rows] = flat.reshape(batch.num_rows, dim)
         ids.extend(batch.column("id").to_pylist())
@@ -122,9 +126,7 @@ def embed(ctx: RunContext) -> StageResult:
     stats = mine.groupBy("kind").agg(F.min(F.size("vector")).alias("lo"), F.max(F.size("vector")).alias("hi")).collect()
     sizes = {r["lo"] for r in stats} | {r["hi"] for r in stats}
     if len(sizes) > 1:
-        raise ValueError(f"embeddings rows of {sec.model!r} have vectors of {sorted(sizes)} dimensions: the endpoint "
-                         "behind the model name changed; delete its rows from the embeddings table (or use a new "
-                         "embeddings.model name) and embed again")
+        raise _mixed_dimensions(repr(sec.model), sizes)
     # An empty kind still gets files (the service loads every kind); its dim is the others'.
     dim = sizes.pop() if sizes else (384 if sec.backend == "bundled" else 1)
     index_dir = str(Path(ctx.cfg.storage.index_dir).resolve())
