@@ -7,7 +7,8 @@ entities), links consecutive ones within a sentence, and a report summarises the
 given; a gleaning round (the request lists what was already extracted) gets empty lists,
 since nothing was missed. Packed requests ("Text 1:", "Text 2:", ... with one object per text)
 are answered per text. Any other JSON schema gets its minimal valid instance (false, the minimum, [], the first
-enum value). Usage counts are cl100k tokens of the messages and of the answer, so token
+enum value), except that with `--lexical-query` relevance ratings and global map requests are read
+off the question's words (lexical_query.py). Usage counts are cl100k tokens of the messages and of the answer, so token
 accounting through `llm_calls` is real arithmetic on real text.
 
     python tests/benchmarks/scripted_server.py [--port 0]
@@ -28,8 +29,10 @@ from aiohttp import web
 
 try:
     from tests.benchmarks.child_server import ChildServer, run_server, serve_forever
+    from tests.benchmarks.lexical_query import answer as lexical_query_answer
 except ImportError:  # run as a script: its own folder is on sys.path
     from child_server import ChildServer, run_server, serve_forever
+    from lexical_query import answer as lexical_query_answer
 
 _PHRASE = re.compile(r"\b[A-Z][\w&'-]*(?:\s+(?:of\s+|&\s+)?[A-Z][\w&'-]*){0,3}")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
@@ -111,7 +114,7 @@ def _minimal(schema: dict):
     return ""
 
 
-def answer_for(body: dict) -> str:
+def answer_for(body: dict, lexical_query: bool = False) -> str:
     fmt = body.get("response_format") or {}
     schema = (fmt.get("json_schema") or {}).get("schema") or fmt.get("schema") or {}
     messages = body.get("messages") or []
@@ -125,15 +128,17 @@ def answer_for(body: dict) -> str:
                                           v) for k, v in props.items()})
     if "title" in props and "findings" in props:
         return json.dumps(_report(user, schema))
+    if lexical_query and (read := lexical_query_answer(user, schema)) is not None:
+        return json.dumps(read)
     return json.dumps(_minimal(schema)) if schema else "ok"
 
 
-def make_app() -> web.Application:
+def make_app(lexical_query: bool = False) -> web.Application:
     served = {"n": 0}
 
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()
-        content = answer_for(body)
+        content = answer_for(body, lexical_query)
         served["n"] += 1
         prompt = sum(_tokens(m.get("content") or "") + 4 for m in body.get("messages") or []) + 3
         return web.json_response({
@@ -153,16 +158,20 @@ def make_app() -> web.Application:
 
 
 @contextlib.contextmanager
-def running():
-    """This server in a separate process on a free port, for the `with` block; yields its base URL."""
-    with ChildServer(__file__, "--port", "0") as server:
+def running(*args: str):
+    """This server in a separate process on a free port, for the `with` block; yields its base URL.
+    `args` are extra command-line options (`--lexical-query`)."""
+    with ChildServer(__file__, "--port", "0", *args) as server:
         yield server.base_url
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=0)
-    run_server(serve_forever(make_app(), p.parse_args().port))
+    p.add_argument("--lexical-query", action="store_true",
+                   help="answer relevance ratings and global map requests by shared words (lexical_query.py)")
+    args = p.parse_args()
+    run_server(serve_forever(make_app(args.lexical_query), args.port))
 
 
 if __name__ == "__main__":
