@@ -284,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--ingest", action="store_true",
                     help="ingest and chunk the configured inputs first, even if text_units exists")
     sp.set_defaults(func=cmd_prompt_tune)
+    __import__("corpusgraph.report_html", fromlist=["register"]).register(sub)  # `report` (report_html.py)
     return p
 
 
