@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Collection, Iterable
+from typing import Collection, Container, Iterable, Mapping
 
 import numpy as np
 
-from corpusgraph.query.store import IndexStore
+from corpusgraph.query.store import IndexStore, report_shown
 
-__all__ = ["RestrictedStore", "VisibleVectors", "restrict", "domain_view_id"]
+__all__ = [
+    "RestrictedStore", "VisibleVectors", "restrict", "domain_view_id", "entity_visible", "relationship_visible",
+    "claim_visible", "community_visible", "report_shown", "one_domain", "parent_in_view", "partial_view_community",
+]
 
 log = logging.getLogger(__name__)
 
@@ -126,24 +129,75 @@ def _all_in(ids: Iterable[str] | None, allowed: Collection[str]) -> bool:
     return bool(ids) and all(i in allowed for i in ids)
 
 
+# The rules of the module docstring, one row at a time. `allowed_units`, `entities` and
+# `relationships` need only answer `in` (a dict, a set, or anything with __contains__), so a
+# caller that streams the tables (export.py) applies the same rules as a view built in memory.
+
+def entity_visible(entity: Mapping, allowed_units: Container[str]) -> bool:
+    return _all_in(entity.get("unit_ids"), allowed_units)
+
+
+def relationship_visible(rel: Mapping, entities: Container[str], allowed_units: Container[str]) -> bool:
+    return rel["source_id"] in entities and rel["target_id"] in entities and _all_in(rel.get("unit_ids"), allowed_units)
+
+
+def claim_visible(claim: Mapping, entities: Container[str], allowed_units: Container[str]) -> bool:
+    return claim.get("unit_id") in allowed_units and all(
+        claim.get(end) in entities for end in ("subject_id", "object_id") if claim.get(end)
+    )
+
+
+def community_visible(com: Mapping, entities: Container[str], relationships: Container[str],
+                      allowed_units: Container[str]) -> bool:
+    return (
+        _all_in(com.get("entity_ids"), entities)
+        and all(r in relationships for r in com.get("rel_ids") or ())
+        and all(u in allowed_units for u in com.get("unit_ids") or ())
+    )
+
+
+def one_domain(unit_ids: Iterable[str] | None, unit_domain: Mapping[str, str | None]) -> str | None:
+    """The one access domain of these units, or None when they have none or several."""
+    found = {unit_domain.get(u) for u in unit_ids or ()}
+    return found.pop() if len(found) == 1 else None
+
+
+def parent_in_view(com: Mapping, domain: str | None, communities: Container[str],
+                   partial: Container[tuple[str, str]]) -> str | None:
+    """The parent a view shows for a community it shows. A visible community under a hidden one
+    becomes a root unless that parent has a report of the child's one domain in the view
+    (`partial`: the (community id, domain) keys of those reports): its parent's id is not the
+    view's to show, and a walk down from the roots (dynamic community selection) must still reach it."""
+    parent = com.get("parent_id")
+    if parent is None or parent in communities:
+        return parent
+    return domain_view_id(parent, domain) if domain is not None and (parent, domain) in partial else None
+
+
+def partial_view_community(com: Mapping, domain: str, parent: str | None, entities: Container[str],
+                           relationships: Container[str], unit_domain: Mapping[str, str | None]) -> dict:
+    """The community a view makes of one domain's report of a community it sees only in part:
+    an opaque id, the view's entities among the members, the domain's units."""
+    members = [e for e in com.get("entity_ids") or () if e in entities]
+    return {
+        **com, "community_id": domain_view_id(com["community_id"], domain), "parent_id": parent,
+        "entity_ids": members, "size": len(members),
+        "rel_ids": [r for r in com.get("rel_ids") or () if r in relationships],
+        "unit_ids": [u for u in com.get("unit_ids") or () if unit_domain.get(u) == domain],
+    }
+
+
 def _select(view: RestrictedStore, base: IndexStore, domains: frozenset[str]) -> None:
     """Fill the view's tables from base by the rules in the module docstring."""
     allowed_units = {u for u, d in base.unit_domain.items() if d in domains}
     view.unit_domain = {u: base.unit_domain[u] for u in allowed_units}
     view.docs = {k: d for k, d in base.docs.items() if d.get("access_domain") in domains}
     view.units = {k: u for k, u in base.units.items() if k in allowed_units}
-    entities = {k: e for k, e in base.entities.items() if _all_in(e.get("unit_ids"), allowed_units)}
+    entities = {k: e for k, e in base.entities.items() if entity_visible(e, allowed_units)}
     view.relationships = {
-        k: r
-        for k, r in base.relationships.items()
-        if r["source_id"] in entities and r["target_id"] in entities and _all_in(r.get("unit_ids"), allowed_units)
+        k: r for k, r in base.relationships.items() if relationship_visible(r, entities, allowed_units)
     }
-    view.claims = {
-        k: c
-        for k, c in base.claims.items()
-        if c.get("unit_id") in allowed_units
-        and all(c.get(end) in entities for end in ("subject_id", "object_id") if c.get(end))
-    }
+    view.claims = {k: c for k, c in base.claims.items() if claim_visible(c, entities, allowed_units)}
     # Degree as the view sees it: the full graph's count would say how many hidden edges exist.
     degree: dict[str, int] = dict.fromkeys(entities, 0)
     for rel in view.relationships.values():
@@ -152,11 +206,8 @@ def _select(view: RestrictedStore, base: IndexStore, domains: frozenset[str]) ->
             degree[rel["target_id"]] += 1
     view.entities = {k: e if e.get("degree") == degree[k] else {**e, "degree": degree[k]} for k, e in entities.items()}
     communities = {
-        k: c
-        for k, c in base.communities.items()
-        if _all_in(c.get("entity_ids"), view.entities)
-        and all(r in view.relationships for r in c.get("rel_ids") or ())
-        and all(u in allowed_units for u in c.get("unit_ids") or ())
+        k: c for k, c in base.communities.items()
+        if community_visible(c, view.entities, view.relationships, allowed_units)
     }
     # Per-domain reports (reports.per_domain) of the communities the view sees only in part: each
     # becomes a community of the view under an id of its own (domain_view_id).
@@ -166,33 +217,17 @@ def _select(view: RestrictedStore, base: IndexStore, domains: frozenset[str]) ->
     }
     view.partial_communities = {cid for cid, _ in partial}
 
-    def parent_in_view(com: dict, domain: str | None) -> str | None:
-        # A visible community under a hidden one becomes a root unless that parent has a report of
-        # the child's one domain in the view: its parent's id is not the view's to show, and a walk
-        # down from the roots (dynamic community selection) must still reach it.
-        parent = com.get("parent_id")
-        if parent is None or parent in communities:
-            return parent
-        return domain_view_id(parent, domain) if domain is not None and (parent, domain) in partial else None
-
-    def one_domain(unit_ids) -> str | None:
-        found = {base.unit_domain.get(u) for u in unit_ids or ()}
-        return found.pop() if len(found) == 1 else None
-
     view.communities = {}
     for k, c in communities.items():
-        parent = parent_in_view(c, one_domain(c.get("unit_ids")))
+        parent = parent_in_view(c, one_domain(c.get("unit_ids"), base.unit_domain), communities, partial)
         view.communities[k] = c if parent == c.get("parent_id") else {**c, "parent_id": parent}
     view.reports = {k: r for k, r in base.reports.items() if k in view.communities}
     for (cid, domain), rep in sorted(partial.items()):
         com = base.communities[cid]
+        parent = parent_in_view(com, domain, communities, partial)
         vid = domain_view_id(cid, domain)
-        members = [e for e in com.get("entity_ids") or () if e in view.entities]
-        view.communities[vid] = {
-            **com, "community_id": vid, "parent_id": parent_in_view(com, domain), "entity_ids": members,
-            "size": len(members), "rel_ids": [r for r in com.get("rel_ids") or () if r in view.relationships],
-            "unit_ids": [u for u in com.get("unit_ids") or () if base.unit_domain.get(u) == domain],
-        }
+        view.communities[vid] = partial_view_community(com, domain, parent, view.entities, view.relationships,
+                                                       base.unit_domain)
         view.reports[vid] = {**rep, "community_id": vid}
 
 

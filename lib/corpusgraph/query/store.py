@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from corpusgraph.tables import table_path
 
-__all__ = ["IndexStore", "IndexMissingError", "normalise_name"]
+__all__ = ["IndexStore", "IndexMissingError", "normalise_name", "report_shown"]
 
 # Document columns needed for citations; the text column is the bulk of the table and the
 # query side never shows whole documents, so it is not read.
@@ -44,6 +44,11 @@ class IndexMissingError(FileNotFoundError):
 def normalise_name(text: str) -> str:
     """Casefolded words joined by single spaces: 'Dr. Mara  Voss' -> 'dr mara voss'."""
     return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
+
+
+def report_shown(report: dict) -> bool:
+    """Reports that failed to build have no summary; they would only put noise in a context."""
+    return bool((report.get("summary") or "").strip()) and not report.get("error")
 
 
 def _read_table(warehouse: str, name: str, columns: list[str] | None = None):
@@ -110,11 +115,8 @@ class IndexStore:
         self.communities: dict[str, dict] = {
             c["community_id"]: c for c in _read_table(wh, "communities").to_pylist()
         }
-        # Reports that failed to build have no summary; they would only put noise in a context.
         self.reports: dict[str, dict] = {
-            r["community_id"]: r
-            for r in _read_table(wh, "community_reports").to_pylist()
-            if (r.get("summary") or "").strip() and not r.get("error")
+            r["community_id"]: r for r in _read_table(wh, "community_reports").to_pylist() if report_shown(r)
         }
         # Per-domain reports of communities that mix domains (reports.per_domain); only
         # restricted views show them (access.py). An index built before them has none.
@@ -123,8 +125,7 @@ class IndexStore:
         except IndexMissingError:
             domain_reports = []
         self.domain_reports: dict[tuple[str, str], dict] = {
-            (r["community_id"], r["domain"]): r for r in domain_reports
-            if (r.get("summary") or "").strip() and not r.get("error")
+            (r["community_id"], r["domain"]): r for r in domain_reports if report_shown(r)
         }
         self._build_lookups()
 
