@@ -252,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     from serving.cli_serve import add_serve_command  # argparse wiring only; FastAPI loads on use
 
     add_serve_command(sub)
+    __import__("corpusgraph.export").export.register(sub)  # export/__init__.py: graphml, neo4j, parquet
 
     sp = sub.add_parser("estimate", help="dry run: LLM calls, tokens, dollars, GPU-hours and wall time per stage")
     common(sp)
