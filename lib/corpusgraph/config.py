@@ -51,14 +51,41 @@ class RaySection(_Section):
     )
 
 
+class BatchSection(_Section):
+    """llm.backend openai_batch: how the index stages' requests go through /v1/files and /v1/batches."""
+
+    stages: list[Literal["extract", "resolve", "reports"]] = Field(
+        default_factory=lambda: ["extract", "resolve", "reports"],
+        description="Stages whose LLM calls go as batches (extract; resolve's adjudications and description "
+        "summaries; reports). Other stages, and every query, call the same endpoint synchronously.")
+    poll_s: float = Field(30.0, gt=0, description="Seconds between two status checks of the batches in flight.")
+    completion_window: str = Field("24h", description="Sent with each batch; OpenAI accepts only 24h. A batch "
+                                   "that expires keeps its finished lines; the others are resubmitted.")
+    max_lines: int = Field(50_000, ge=1, le=50_000, description="Requests per batch file (OpenAI's limit: 50,000); "
+                           "also the rows the driver holds at once.")
+    max_bytes: int = Field(100_000_000, ge=1_000, description="Bytes per batch file (OpenAI's limit is 100-200 MB).")
+    price_factor: float = Field(0.5, ge=0.0, description="Batch price as a fraction of the synchronous one (OpenAI: "
+                                "0.5): applied to llm.usd_per_1k_* in the run's accounting and to estimate.prices.")
+    state_dir: str | None = Field(None, description="Folder of the batch records (one JSON per submitted batch, "
+                                  "written before it is polled, so a crashed run resumes polling instead of paying "
+                                  "again); null: <storage.cache_dir>/batches.")
+    max_wait_s: float | None = Field(None, gt=0, description="Give up waiting on a batch after this many seconds "
+                                     "(its lines become errors; the record stays, a rerun resumes it); null: until "
+                                     "the server ends it.")
+
+
 class LLMSection(_Section):
-    backend: Literal["embedded", "openai", "vllm"] = Field(
+    backend: Literal["embedded", "openai", "openai_batch", "vllm"] = Field(
         "embedded",
         description="embedded: corpusgraph starts the bundled SmolLM2-135M on localhost (proves the path, "
         "poor graphs). openai: any OpenAI-compatible endpoint (vllm serve, OpenAI, llama.cpp, Ollama). "
+        "openai_batch: the same endpoint, but the index stages listed in llm.batch.stages send their requests "
+        "as JSON-lines batches through /v1/files and /v1/batches (OpenAI's Batch API: half the price, results "
+        "within the completion window); queries stay synchronous. "
         "vllm: each Ray worker actor owns an in-process vLLM engine for `model` (needs the vllm package "
         "and a GPU per actor, see ray.num_gpus_per_actor; unexercised on real vLLM in this project).",
     )
+    batch: BatchSection = Field(default_factory=BatchSection, description="openai_batch settings.")
     vllm_engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="Keyword arguments for vllm.LLM when backend is 'vllm' (e.g. tensor_parallel_size, "
@@ -100,7 +127,19 @@ class LLMSection(_Section):
             raise ValueError("set llm.api_base (one endpoint) or llm.api_bases (several), not both")
         if len(set(self.api_bases)) != len(self.api_bases) or not all(u.strip() for u in self.api_bases):
             raise ValueError("llm.api_bases must list distinct, non-empty URLs")
+        if self.backend == "openai_batch" and not self.endpoint_urls():
+            raise ValueError("llm.backend 'openai_batch' needs llm.api_base (an endpoint ending in /v1 that serves "
+                             "/v1/files and /v1/batches)")
         return self
+
+    def batched(self, stage: str) -> bool:
+        """Whether `stage`'s LLM calls go through the batch API."""
+        return self.backend == "openai_batch" and stage in self.batch.stages
+
+    def usd(self, tokens_in: int, tokens_out: int, batch: bool = False) -> float:
+        """The configured price of these tokens; batch: at llm.batch.price_factor of it."""
+        usd = tokens_in / 1000 * self.usd_per_1k_in + tokens_out / 1000 * self.usd_per_1k_out
+        return usd * self.batch.price_factor if batch else usd
 
     def endpoint_urls(self) -> list[str]:
         """The configured endpoints: api_bases, or api_base alone (empty when neither is set)."""
@@ -467,6 +506,9 @@ class ServeSection(_Section):
 class ModelPrice(_Section):
     usd_per_1m_in: float = Field(..., ge=0.0, description="US dollars per million input tokens.")
     usd_per_1m_out: float = Field(..., ge=0.0, description="US dollars per million output tokens.")
+    batch_factor: float | None = Field(None, ge=0.0, description="This model's batch price as a fraction of the "
+                                       "above, where it differs from llm.batch.price_factor (used when llm.backend "
+                                       "is openai_batch).")
 
 
 class EstimateSection(_Section):

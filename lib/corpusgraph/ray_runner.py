@@ -21,9 +21,10 @@ from .llm.base import ChatRequest, ChatResult, Usage
 __all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "run_embed_task",
            "EMBED_META"]
 
-# Bookkeeping columns added to every output row and dropped before the Delta write.
+# Bookkeeping columns added to every output row and dropped before the Delta write (llm_batch:
+# answered through the batch API, priced at llm.batch.price_factor).
 _META = [("llm_cached", pa.bool_()), ("llm_failed", pa.bool_()), ("llm_seconds", pa.float64()),
-         ("llm_tokens_in", pa.int64()), ("llm_tokens_out", pa.int64())]
+         ("llm_tokens_in", pa.int64()), ("llm_tokens_out", pa.int64()), ("llm_batch", pa.bool_())]
 
 
 class LLMTask(Protocol):
@@ -96,11 +97,11 @@ class _LLMWorker:
     `concurrency` requests in flight across batch boundaries, never more.
     """
 
-    def __init__(self, task: LLMTask, llm: LLMSection, cache_dir: str, base_url: str | None):
+    def __init__(self, task: LLMTask, llm: LLMSection, cache_dir: str, base_url: str | None, batch: bool = False):
         from .llm.factory import open_chat_model
 
-        self.task = task
-        self.chat = open_chat_model(llm, cache_dir, base_url=base_url)
+        self.task, self.batch = task, batch
+        self.chat = open_chat_model(llm, cache_dir, base_url=base_url, batch=batch)
         self.schema = pa.schema(list(task.output_schema) + [pa.field(n, t) for n, t in _META])
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
@@ -111,10 +112,13 @@ class _LLMWorker:
             results = await acomplete(requests)
         else:  # a client without an async API: keep the loop free for the other batches
             results = await asyncio.to_thread(self.chat.complete, requests)
+        return self.table(rows, results)
+
+    def table(self, rows: list[dict], results: Sequence[ChatResult]) -> pa.Table:
         out = self.task.outputs(rows, results)
         for row, res in zip(out, results):
             row.update(llm_cached=res.cached, llm_failed=res.error is not None, llm_seconds=res.seconds,
-                       llm_tokens_in=res.tokens_in, llm_tokens_out=res.tokens_out)
+                       llm_tokens_in=res.tokens_in, llm_tokens_out=res.tokens_out, llm_batch=self.batch)
         return pa.Table.from_pylist(out, schema=self.schema)
 
 
@@ -128,7 +132,10 @@ def run_llm_task(
     cache_dir: str,
     base_url: str | None,
 ) -> None:
-    """Rows at in_path (Parquet) -> task outputs at out_path (Parquet), on Ray actors."""
+    """Rows at in_path (Parquet) -> task outputs at out_path (Parquet), on Ray actors (or, for a
+    stage llm.batch.stages names under llm.backend openai_batch, through the batch API)."""
+    if llm.batched(task.stage):
+        return _run_batched(task, in_path, out_path, llm=llm, cache_dir=cache_dir, base_url=base_url)
     import ray
 
     init_ray(ray_section)
@@ -155,6 +162,41 @@ def run_llm_task(
     ds.write_parquet(out_path, ray_remote_args={"num_cpus": _IO_CPUS})
 
 
+def _run_batched(task: LLMTask, in_path: str, out_path: str, *, llm: LLMSection, cache_dir: str,
+                 base_url: str | None) -> None:
+    """llm.backend openai_batch: the rows go to the batch API from this process, which only uploads
+    and polls (the model runs on the server). Rows are read llm.batch.max_lines at a time, twice:
+    every chunk is submitted first, so the batches run side by side, then each chunk's answers are
+    awaited and its output rows written. Same outputs and bookkeeping as the actors write."""
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+
+    worker = _LLMWorker(task, llm, cache_dir, base_url, batch=True)
+    chunks = lambda: _row_chunks(pads.dataset(in_path, format="parquet"), llm.batch.max_lines)  # noqa: E731
+    try:
+        for rows in chunks():
+            worker.chat.submit(task.requests(rows))
+        _clear(out_path)
+        Path(out_path).mkdir(parents=True, exist_ok=True)
+        for i, rows in enumerate(chunks()):
+            pq.write_table(worker.table(rows, worker.chat.complete(task.requests(rows))),
+                           str(Path(out_path) / f"part-{i:05d}.parquet"))
+    finally:
+        worker.chat.close()
+
+
+def _row_chunks(ds, size: int):
+    """The dataset's rows as lists of at most `size` dicts, in a fixed order."""
+    buf: list[dict] = []
+    for batch in ds.to_batches():
+        buf.extend(batch.to_pylist())
+        while len(buf) >= size:
+            yield buf[:size]
+            buf = buf[size:]
+    if buf:
+        yield buf
+
+
 def _clear(out_path: str) -> None:
     """Remove a local output folder first: Ray adds files next to any already there, and outputs
     left by an earlier pass of the same run would be read back (and counted) with this one's."""
@@ -168,7 +210,10 @@ def output_usage(path: str | Path, llm: LLMSection) -> tuple[Usage, int]:
     import pyarrow.compute as pc
     import pyarrow.dataset as pads
 
-    tbl = pads.dataset(str(path), format="parquet").to_table(columns=[n for n, _ in _META])
+    ds = pads.dataset(str(path), format="parquet")
+    tbl = ds.to_table(columns=[n for n, _ in _META if n in ds.schema.names])
+    if "llm_batch" not in tbl.column_names:  # written before the batch backend
+        tbl = tbl.append_column("llm_batch", pa.array([False] * tbl.num_rows, pa.bool_()))
     paid = pc.invert(pc.fill_null(tbl.column("llm_cached"), False))
 
     def total(name: str, mask) -> int:
@@ -177,9 +222,11 @@ def output_usage(path: str | Path, llm: LLMSection) -> tuple[Usage, int]:
     tokens_in, tokens_out = total("llm_tokens_in", paid), total("llm_tokens_out", paid)
     failed = pc.and_(paid, pc.fill_null(tbl.column("llm_failed"), False))
     calls = int(pc.sum(pc.cast(paid, pa.int64())).as_py() or 0)
+    batch = pc.and_(paid, pc.fill_null(tbl.column("llm_batch"), False))
+    bin_, bout = total("llm_tokens_in", batch), total("llm_tokens_out", batch)
     usage = Usage(calls=calls, tokens_in=tokens_in, tokens_out=tokens_out, cache_hits=tbl.num_rows - calls,
                   errors=int(pc.sum(pc.cast(failed, pa.int64())).as_py() or 0),
-                  usd=tokens_in / 1000 * llm.usd_per_1k_in + tokens_out / 1000 * llm.usd_per_1k_out)
+                  usd=llm.usd(tokens_in - bin_, tokens_out - bout) + llm.usd(bin_, bout, batch=True))
     return usage, tbl.nbytes
 
 
@@ -190,7 +237,7 @@ def usage_from_outputs(path: str | Path, llm: LLMSection) -> tuple[Usage, pa.Tab
 
     usage, _ = output_usage(path, llm)
     tbl = pads.dataset(str(path), format="parquet").to_table()
-    return usage, tbl.drop_columns([n for n, _ in _META])
+    return usage, tbl.drop_columns([n for n, _ in _META if n in tbl.column_names])
 
 
 # Bookkeeping columns of the embed task's output, besides the `embeddings` table's own: the error

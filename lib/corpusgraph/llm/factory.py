@@ -19,13 +19,18 @@ __all__ = ["open_chat_model", "parse_json_answer"]
 CACHE_FILE = "llm_cache.sqlite"
 
 
-def open_chat_model(llm: LLMSection, cache_dir: str | Path, base_url: str | None = None) -> ChatModel:
+def open_chat_model(llm: LLMSection, cache_dir: str | Path, base_url: str | None = None,
+                    batch: bool = False) -> ChatModel:
     """The chat model for `llm`, with its response cache at <cache_dir>/llm_cache.sqlite.
 
     embedded: `base_url` is the running EmbeddedServer's; the server is started by the driver,
     not here, so every Ray actor talks to the one process over HTTP.
     openai: the endpoints (api_base or api_bases) and key come from the config section;
     `base_url` overrides them with that one endpoint.
+    openai_batch: with `batch` (the stage runner, for the stages in llm.batch.stages) the Batch
+    API client of openai_batch.py on the first endpoint, its records under llm.batch.state_dir
+    (default <cache_dir>/batches); without it (queries, other stages) the synchronous client on
+    the same endpoints, sharing the response cache.
     vllm: an in-process engine for llm.model, built here, i.e. inside the Ray actor that calls
     this; a clear ImportError where vllm is not installed.
     The concurrency, per-endpoint and tokens-per-minute limits hold per returned client, i.e.
@@ -45,10 +50,19 @@ def open_chat_model(llm: LLMSection, cache_dir: str | Path, base_url: str | None
         if not base_url:
             raise ValueError("llm.backend 'embedded' needs the base_url of a running EmbeddedServer")
         return OpenAIChatModel(base_url=base_url, api_key=None, schema_style="llama_cpp", **common)
-    if llm.backend == "openai":
+    if llm.backend in ("openai", "openai_batch"):
         urls = [base_url] if base_url else llm.endpoint_urls()
         if not urls:
-            raise ValueError("llm.backend 'openai' needs llm.api_base or llm.api_bases (endpoints ending in /v1)")
+            raise ValueError(f"llm.backend {llm.backend!r} needs llm.api_base or llm.api_bases (endpoints ending in /v1)")
+        if batch and llm.backend == "openai_batch":
+            from corpusgraph.llm.openai_batch import OpenAIBatchChatModel
+
+            b = llm.batch
+            return OpenAIBatchChatModel(
+                llm.model, urls[0], state_dir=Path(b.state_dir) if b.state_dir else Path(cache_dir) / "batches",
+                api_key=llm.api_key, cache=cache, poll_s=b.poll_s, completion_window=b.completion_window,
+                max_lines=b.max_lines, max_bytes=b.max_bytes, max_retries=llm.max_retries, timeout_s=llm.timeout_s,
+                max_wait_s=b.max_wait_s)
         return OpenAIChatModel(base_url=urls, api_key=llm.api_key, schema_style="openai", **common)
     if llm.backend == "vllm":
         from corpusgraph.llm.vllm_engine import VLLMChatModel  # imports vllm only when chosen

@@ -26,7 +26,7 @@ from corpusgraph.llm.cache import ResponseCache, cache_key
 from corpusgraph.llm.connections import ClientSet, LoopClients
 from corpusgraph.llm.endpoints import EndpointPool, Lease, estimate_tokens
 
-__all__ = ["OpenAIChatModel", "SchemaStyle"]
+__all__ = ["OpenAIChatModel", "SchemaStyle", "request_body", "parse_completion_body", "response_format"]
 
 SchemaStyle = Literal["openai", "llama_cpp"]
 
@@ -283,15 +283,7 @@ class OpenAIChatModel:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def _body(self, req: ChatRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [dict(m) for m in req.messages],
-            "max_tokens": req.max_tokens,
-            "temperature": req.temperature,
-        }
-        if req.json_schema is not None:
-            body["response_format"] = response_format(req.json_schema, self.schema_style)
-        return body
+        return request_body(self.model, req, self.schema_style)
 
     @staticmethod
     def _from_cache(req: ChatRequest, value: dict) -> ChatResult:
@@ -303,6 +295,24 @@ class OpenAIChatModel:
             cached=True,
             finish_reason=value.get("finish_reason"),
         )
+
+
+def request_body(model: str, req: ChatRequest, style: SchemaStyle = "openai") -> dict[str, Any]:
+    """The /chat/completions body for `req`: what a synchronous call posts and a batch line carries."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [dict(m) for m in req.messages],
+        "max_tokens": req.max_tokens,
+        "temperature": req.temperature,
+    }
+    if req.json_schema is not None:
+        body["response_format"] = response_format(req.json_schema, style)
+    return body
+
+
+def parse_completion_body(request_id: str, data: Any) -> ChatResult:
+    """A 200's decoded JSON body as a result (a batch output line's response.body)."""
+    return _parse_completion(request_id, httpx.Response(200, json=data))
 
 
 def response_format(schema: dict[str, Any], style: SchemaStyle) -> dict[str, Any]:
