@@ -224,6 +224,9 @@ class Estimate:
     # Set when prompt tokens were counted on a sample of the units (estimate_sample.py): its
     # size and the relative 95% bound of each scaled-up count; None when every unit was counted.
     sampling: dict | None = None
+    # llm.backend openai_batch: the price factor, the stages it applies to and their tokens
+    # (every `usd` entry is then priced so, and says so in its name); None for synchronous backends.
+    batch: dict | None = None
 
     @property
     def llm_tokens_in(self) -> int:
@@ -325,11 +328,32 @@ def estimate_from_counts(counts: dict, rates: Rates, cfg: Config, *, documents: 
     tin, tout = est.llm_tokens_in, est.llm_tokens_out
     est.usd = {name: _usd(tin, tout, p.usd_per_1m_in, p.usd_per_1m_out) for name, p in cfg.estimate.prices.items()}
     est.usd[f"configured ({cfg.llm.model})"] = _usd(tin, tout, cfg.llm.usd_per_1k_in * 1000, cfg.llm.usd_per_1k_out * 1000)
+    if cfg.llm.backend == "openai_batch":
+        _price_batch(est, cfg)
     e = cfg.estimate
     est.gpu_hours = (tin / e.gpu_prefill_tokens_per_s + tout / e.gpu_decode_tokens_per_s) / 3600
     endpoints = max(1, len(cfg.llm.endpoint_urls()))
     est.wall_s = (tin / e.endpoint_prefill_tokens_per_s + tout / e.endpoint_decode_tokens_per_s) / endpoints
     return est
+
+
+def _price_batch(est: Estimate, cfg: Config) -> None:
+    """llm.backend openai_batch: the batched stages' tokens at each price's batch factor
+    (ModelPrice.batch_factor, else llm.batch.price_factor), the other stages' at the full price."""
+    stages = [s for s in est.stages if s.llm and s.stage in cfg.llm.batch.stages]
+    bin_, bout = sum(s.tokens_in for s in stages), sum(s.tokens_out for s in stages)
+    sin, sout = est.llm_tokens_in - bin_, est.llm_tokens_out - bout
+    factor = cfg.llm.batch.price_factor
+
+    def priced(per_m_in: float, per_m_out: float, f: float) -> float:
+        return _usd(sin, sout, per_m_in, per_m_out) + f * _usd(bin_, bout, per_m_in, per_m_out)
+
+    est.usd = {f"{name}, batch x{(p.batch_factor if p.batch_factor is not None else factor):g}":
+               priced(p.usd_per_1m_in, p.usd_per_1m_out, p.batch_factor if p.batch_factor is not None else factor)
+               for name, p in cfg.estimate.prices.items()}
+    est.usd[f"configured ({cfg.llm.model}), batch x{factor:g}"] = priced(
+        cfg.llm.usd_per_1k_in * 1000, cfg.llm.usd_per_1k_out * 1000, factor)
+    est.batch = {"price_factor": factor, "stages": [s.stage for s in stages], "tokens_in": bin_, "tokens_out": bout}
 
 
 # -- measured rates: from a calibration sample, or from an existing warehouse --------------------
