@@ -63,6 +63,9 @@ REQUEST_TIMEOUT_S = 60.0  # the load tool's per-request limit: a request past it
 RELEVANT_SHARE = 0.1  # of relevance ratings answered 5 (the rest 0): dynamic selection prunes
 SERVICE_WORKERS = 32
 LOCAL_QUESTIONS = 300
+# Memory is judged after the load's first WARM_S seconds (measured time, before the outage):
+# first uses (HTTP pools, worker-thread stacks and malloc arenas, the answer cache) settle by then.
+WARM_S = 15.0
 
 
 def run_dir() -> Path:
@@ -161,6 +164,18 @@ class RssSampler(threading.Thread):
                 return
 
 
+def memory_figures(samples: list[tuple[float, float]], t_load: float, events: list[dict], rss_end: float) -> dict:
+    """RSS once warm (the first sample WARM_S into the measured load) and its change per 1,000
+    requests answered after that; the timeline every 5 s of measured time (negative: warm-up)."""
+    timeline = [(round(t - t_load, 1), round(rss, 1)) for t, rss in samples]
+    warm = next((rss for t, rss in timeline if t >= WARM_S), None)
+    after = sum(1 for e in events if e["t1"] >= WARM_S)
+    step = max(1, len(timeline) // 40)
+    return {"rss_mb_warm": warm, "rss_warm_at_s": WARM_S, "requests_after_warm": after,
+            "rss_mb_per_1k_requests_after_warm": round((rss_end - warm) / after * 1000, 1) if warm and after else None,
+            "rss_mb_timeline": timeline[::step]}
+
+
 def summarise(events: list[dict]) -> dict:
     def figures(rows: list[dict]) -> dict:
         ok = np.asarray([(r["t1"] - r["t0"]) * 1000 for r in rows if r["status"] == "200"])
@@ -221,6 +236,7 @@ def test_service_on_the_scale_index(tmp_path):
             qfile.write_text(json.dumps(load_mix(figures)))
             events_file = tmp_path / "events.jsonl"
             warmup_s = 5.0
+            t_load = time.monotonic() + warmup_s  # the load tool's measured time starts here
             load = subprocess.Popen(
                 [sys.executable, str(LOAD_TOOL), "--url", url, "--key", API_KEY, "--concurrency", str(CLIENTS),
                  "--duration-s", str(SECONDS), "--warmup-s", str(warmup_s), "--timeout-s", str(REQUEST_TIMEOUT_S),
@@ -238,6 +254,7 @@ def test_service_on_the_scale_index(tmp_path):
             figures["rss_mb_end"] = round(rss_mb(service.pid), 1)
             figures["rss_mb_max"] = round(max(s for _, s in sampler.samples), 1) if sampler.samples else None
             figures["rss_mb_samples"] = len(sampler.samples)
+            figures.update(memory_figures(sampler.samples, t_load, events, figures["rss_mb_end"]))
             figures["llm_calls_served_after_restart"] = llm.get_json("/stats", timeout=5)["served"]
         finally:
             if sampler is not None:
@@ -253,8 +270,11 @@ def test_service_on_the_scale_index(tmp_path):
         "clients": CLIENTS, "seconds": overall["duration_s"], "rps": overall["rps"],
         "outage": {"llm_stopped_at_s": OUTAGE_AT_S, "for_s": OUTAGE_S, "phases_by": "request start time"},
         **summary, "load_tool_errors_by_status": overall["errors_by_status"],
-        **{k: figures[k] for k in ("rss_mb_start", "rss_mb_end", "rss_mb_max", "rss_mb_samples", "service_start_s")},
-        "in_process": {k: v for k, v in figures.items() if not k.startswith(("rss_mb", "service_start"))},
+        **{k: figures[k] for k in ("rss_mb_start", "rss_mb_warm", "rss_mb_end", "rss_mb_max", "rss_mb_samples",
+                                   "rss_warm_at_s", "requests_after_warm", "rss_mb_per_1k_requests_after_warm",
+                                   "rss_mb_timeline", "service_start_s")},
+        "in_process": {k: v for k, v in figures.items()
+                       if not k.startswith(("rss_", "service_start", "requests_after_warm"))},
         "llm": f"fixed_latency_answer_server.py, {LATENCY_S} s per call, 512 slots, {RELEVANT_SHARE:.0%} of "
                "relevance ratings relevant; question embeddings from scale_server.py (64 dims), the endpoint the "
                "embed stage used",
