@@ -72,3 +72,42 @@ def test_repair_strips_fences_and_prose_and_parse_json_answer_uses_it():
     assert repair_json_object("no json here").obj is None
     done = json.loads('{"entities": [], "relationships": []}')
     assert repair_json_object(json.dumps(done)).obj == done and not repair_json_object(json.dumps(done)).truncated
+
+
+# -- the whole-answer fast path: the same object as the character walk ---------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from corpusgraph.llm import repair as repair_module  # noqa: E402
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), _json_values, max_size=5), st.sampled_from(["", " ", "\n", "  \n"]))
+def test_a_whole_valid_object_reads_as_the_walk_reads_it(obj, pad):
+    text = pad + json.dumps(obj) + pad
+    walked = repair_module._parse_from(text, text.index("{"))
+    got = repair_json_object(text)
+    assert got == walked and got.obj == json.loads(text) and not got.truncated
+
+
+def _nested(depth):
+    return '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+
+
+def test_depth_is_counted_alike_on_both_paths():
+    limit = repair_module.MAX_DEPTH
+    assert repair_json_object(_nested(limit)).obj is not None
+    too_deep = repair_json_object(_nested(limit + 1))
+    assert too_deep.obj is None and "deeper than" in too_deep.error
+
+
+def test_a_code_fence_inside_a_string_value_does_not_hide_the_object():
+    text = json.dumps({"entities": [{"name": "A", "description": "see ```code``` here"}], "relationships": []})
+    assert repair_json_object(text).obj == json.loads(text)

@@ -21,6 +21,7 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Repaired", "repair_json_object"]
 
@@ -49,6 +50,9 @@ def repair_json_object(text: str | None) -> Repaired:
     """The JSON object an answer holds, repaired where that is safe (see the module doc)."""
     if text is None or not text.strip():
         return Repaired(None, "empty answer")
+    whole = _whole_object(text)
+    if whole is not None:
+        return Repaired(whole, None)
     fenced = _FENCE.search(text)
     bodies = [fenced.group(1), text] if fenced else [text]
     first_error: str | None = None
@@ -67,6 +71,28 @@ def repair_json_object(text: str | None) -> Repaired:
                 return result
             first_error = first_error or result.error
     return Repaired(None, first_error or "no JSON object in answer")
+
+
+def _whole_object(text: str) -> dict | None:
+    """The object when the whole answer is one valid JSON object within MAX_DEPTH, else None.
+
+    The common case, read by the C decoder alone: the character walk below (pure Python, most of
+    an extraction answer's parse time) would find the same object, since a valid object's closing
+    brace is its last character. Anything else (prose, fences, a cut, too deep) takes the walk."""
+    body = text.strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        return None
+    obj, _ = _loads(body)
+    if obj is None:
+        return None
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:  # depth as the walk counts it: the outer object is 1
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return None
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return obj
 
 
 def _parse_from(body: str, start: int) -> Repaired:
