@@ -62,7 +62,8 @@ def test_graphml_holds_the_view(world, domains, tmp_path):
     levels = sorted({c["level"] for c in view.communities.values()})
     for v in g.vs:
         e = view.entities[v["id"]]
-        assert (v["title"], v["label"], v["type"], v["description"]) == (e["title"], e["title"], e["type"], e["description"])
+        assert (v["title"], v["label"], v["type"], v["description"]) == (
+            e["title"], e["title"], e["type"], e["description"])
         assert int(v["degree"]) == e["degree"] and int(v["frequency"]) == e["frequency"]
         assert v["domains"].split(",") == sorted({store.unit_domain[u] for u in e["unit_ids"]})
         for level in levels:
@@ -70,7 +71,8 @@ def test_graphml_holds_the_view(world, domains, tmp_path):
                           if com["level"] == level and v["id"] in com["entity_ids"])
             assert (v[f"community_L{level}"] or None) == (";".join(want) or None), (v["id"], level)
     names = g.vs["id"]
-    got = {(r, frozenset((names[s], names[t])), w) for r, (s, t), w in zip(g.es["rel_id"], g.get_edgelist(), g.es["weight"])}
+    got = {(r, frozenset((names[s], names[t])), w)
+           for r, (s, t), w in zip(g.es["rel_id"], g.get_edgelist(), g.es["weight"])}
     assert got == {(k, frozenset((r["source_id"], r["target_id"])), r["weight"]) for k, r in view.relationships.items()}
 
 

@@ -59,7 +59,8 @@ class Source:
                 if name in _OPTIONAL or missing_ok:
                     self._tables[name] = None
                 else:
-                    raise IndexMissingError(f"table {name!r} not found at {path}; run `corpusgraph index` first") from exc
+                    raise IndexMissingError(
+                        f"table {name!r} not found at {path}; run `corpusgraph index` first") from exc
         return self._tables[name]
 
     def versions(self) -> dict[str, int]:
