@@ -21,6 +21,7 @@ import numpy as np
 from pyspark.sql import functions as F
 
 from .pipeline import RunContext, StageResult
+from .progress import Work
 from .ray_runner import run_embed_task
 from .stages import embed as embed_stage
 from .tables import spark_schema
@@ -84,7 +85,8 @@ def _embed_pending(ctx: RunContext, pending) -> tuple[int, StageResult]:
     if not n:
         return 0, result
     ctx.log(f"  embed: {n} items to {sec.model} ({sec.backend})")
-    run_embed_task(in_path, out_path, ray_section=ctx.cfg.ray, embedding=sec, cache_dir=str(ctx.cache_dir))
+    run_embed_task(in_path, out_path, ray_section=ctx.cfg.ray, embedding=sec, cache_dir=str(ctx.cache_dir),
+                   work=Work("embed", "vectors", n))
     out = ctx.spark.read.parquet(out_path)
     cols = [f.name for f in spark_schema("embeddings").fields]
     ctx.wh.merge("embeddings", out.where(F.col("error").isNull()).select(*cols))

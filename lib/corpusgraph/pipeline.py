@@ -20,6 +20,7 @@ from .config import Config
 from .delta_io import Warehouse
 from .llm.base import Usage
 from .diskfull import explain_disk_full
+from .progress import spark_tasks
 from .runlock import holding_run_lock
 
 __all__ = ["STAGES", "RunContext", "StageResult", "run_index", "run_steps", "format_summary"]
@@ -163,7 +164,8 @@ def run_steps(ctx: RunContext, ordered: list[tuple[str, Callable[[RunContext], S
             ctx.log(f"stage {i}/{len(ordered)}: {name}")
             t0 = time.perf_counter()
             ctx.collected_bytes = 0
-            result = step(ctx)
+            with spark_tasks(ctx.spark, name):  # the stage's Spark jobs, between its driver-fed bars
+                result = step(ctx)
             result.seconds = time.perf_counter() - t0
             result.driver_collected_bytes += ctx.collected_bytes
             if result.usage is not None:

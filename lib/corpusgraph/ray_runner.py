@@ -9,12 +9,19 @@ Delta. Usage is counted from the output rows, so it is right however many actors
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import os
 import shutil
+import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Protocol, Sequence
 
 import pyarrow as pa
 
+from . import progress
 from .config import EmbeddingSection, LLMSection, RaySection
 from .llm.base import ChatRequest, ChatResult, Usage
 
@@ -39,24 +46,121 @@ class LLMTask(Protocol):
 def init_ray(section: RaySection) -> None:
     import ray
 
+    quiet = not progress.verbose()
     if not ray.is_initialized():
+        # Ray's own INFO lines ("Started a local Ray instance") only with --verbose.
+        level = logging.WARNING if quiet else logging.INFO
         if section.address:
             # host:port of a cluster this machine is a node of (a driver on the head, or under
             # `ray.util.spark.setup_ray_cluster`); ray://host:10001 from elsewhere needs ray[client].
-            ray.init(address=section.address, ignore_reinit_error=True, log_to_driver=False)
+            ray.init(address=section.address, ignore_reinit_error=True, log_to_driver=False, logging_level=level)
         else:
             ray.init(num_cpus=section.num_cpus, include_dashboard=False, ignore_reinit_error=True,
-                     log_to_driver=False)
+                     log_to_driver=False, logging_level=level)
     # Set on every call: a caller may have started Ray itself (the benchmark does).
-    # Progress bars per operator with rate and ETA are Ray Data's own; keep them, drop the noise.
+    # Progress is corpusgraph's own (progress.py: one bar per stage in its units, fed from the
+    # driver); Ray Data's operator bars and its operator-progress log lines ("MapBatches(...): 0/1",
+    # "Queued blocks", "Resources") come back with --verbose.
     ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = True
+    ctx.enable_progress_bars = not quiet
     ctx.verbose_stats_logs = False
+    _ray_data_console(quiet)
     # Ray 2.60's default Parquet reader (DataSource V2) starts with a file-listing task that
     # always claims a whole CPU (no argument reaches it). The actor pool is created first and
     # holds its fraction, so on a 1-CPU Ray the listing never fits and the stage waits forever.
     # The V1 reader is one read operator that takes the num_cpus we give it (see _IO_CPUS).
     ctx.use_datasource_v2 = False
+
+
+class _QuietRayData(logging.Filter):
+    """On Ray Data's console handler without --verbose: warnings and errors only, and not the one
+    that says its progress bars are off (they are off on purpose). Ray's session log
+    (/tmp/ray/session_*/logs/ray-data) keeps everything."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING and not record.getMessage().startswith("Progress bars disabled")
+
+
+def _ray_data_console(quiet: bool) -> None:
+    from ray.data._internal.logging import SessionFileHandler
+
+    for handler in logging.getLogger("ray.data").handlers:
+        if isinstance(handler, SessionFileHandler):
+            continue
+        for f in [f for f in handler.filters if isinstance(f, _QuietRayData)]:
+            handler.removeFilter(f)
+        if quiet:
+            handler.addFilter(_QuietRayData())
+
+
+class _ProgressCounter:
+    """Rows finished per task run, told by the workers, read by the driver's progress poller
+    (one actor per driver process, claiming no CPU)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def add(self, key: str, n: int) -> None:
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    def get(self, key: str) -> int:
+        return self.counts.get(key, 0)
+
+    def drop(self, key: str) -> None:
+        self.counts.pop(key, None)
+
+
+def _progress_counter():
+    import ray
+
+    cls = ray.remote(num_cpus=0, max_restarts=0)(_ProgressCounter)
+    return cls.options(name=f"corpusgraph-progress-{os.getpid()}", get_if_exists=True).remote()
+
+
+class _Tally:
+    """A worker's finished rows, sent to the driver's counter at most every half second (and at
+    the end of each batch); a lost message only makes the bar lag, never fails the work."""
+
+    def __init__(self, target) -> None:
+        self.counter, self.key = target
+        self.pending, self.last = 0, 0.0
+        self.lock = threading.Lock()
+
+    def add(self, n: int = 1) -> None:
+        with self.lock:
+            self.pending += n
+            due = time.monotonic() - self.last >= 0.5
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            n, self.pending, self.last = self.pending, 0, time.monotonic()
+        if n:
+            with contextlib.suppress(Exception):
+                self.counter.add.remote(self.key, n)
+
+
+@contextlib.contextmanager
+def _progress_feed(work: progress.Work | None):
+    """(counter, key) for the workers of one task run, and its bar fed from the counter on the
+    driver for the `with` block; (None) when the caller asked for no bar."""
+    if work is None:
+        yield None
+        return
+    import ray
+
+    counter, key = _progress_counter(), uuid.uuid4().hex
+    bar = progress.bar(work.label, work.unit, work.total)
+    failed = True
+    try:
+        with progress.poll(lambda: ray.get(counter.get.remote(key), timeout=10), bar):
+            yield (counter, key)
+        failed = False
+    finally:
+        bar.close(failed=failed)
+        with contextlib.suppress(Exception):
+            counter.drop.remote(key)
 
 
 # Logical CPUs claimed by each piece of a Ray Data pipeline. Ray Data gives a read or write task
@@ -97,12 +201,19 @@ class _LLMWorker:
     `concurrency` requests in flight across batch boundaries, never more.
     """
 
-    def __init__(self, task: LLMTask, llm: LLMSection, cache_dir: str, base_url: str | None, batch: bool = False):
+    def __init__(self, task: LLMTask, llm: LLMSection, cache_dir: str, base_url: str | None, batch: bool = False,
+                 progress_to=None):
         from .llm.factory import open_chat_model
 
         self.task, self.batch = task, batch
         self.chat = open_chat_model(llm, cache_dir, base_url=base_url, batch=batch)
         self.schema = pa.schema(list(task.output_schema) + [pa.field(n, t) for n, t in _META])
+        # Progress: every answer (or cache hit) as it comes, where the client tells of each one
+        # (on_result); else each batch when it is done.
+        self.tally = _Tally(progress_to) if progress_to is not None else None
+        self.per_request = self.tally is not None and hasattr(self.chat, "on_result")
+        if self.per_request:
+            self.chat.on_result = lambda: self.tally.add(1)
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
@@ -112,6 +223,10 @@ class _LLMWorker:
             results = await acomplete(requests)
         else:  # a client without an async API: keep the loop free for the other batches
             results = await asyncio.to_thread(self.chat.complete, requests)
+        if self.tally is not None:
+            if not self.per_request:
+                self.tally.add(len(rows))
+            self.tally.flush()
         return self.table(rows, results)
 
     def table(self, rows: list[dict], results: Sequence[ChatResult]) -> pa.Table:
@@ -131,11 +246,14 @@ def run_llm_task(
     ray_section: RaySection,
     cache_dir: str,
     base_url: str | None,
+    work: progress.Work | None = None,
 ) -> None:
     """Rows at in_path (Parquet) -> task outputs at out_path (Parquet), on Ray actors (or, for a
-    stage llm.batch.stages names under llm.backend openai_batch, through the batch API)."""
+    stage llm.batch.stages names under llm.backend openai_batch, through the batch API).
+
+    work: the bar to show (label, unit, total rows), fed from the driver as rows finish."""
     if llm.batched(task.stage):
-        return _run_batched(task, in_path, out_path, llm=llm, cache_dir=cache_dir, base_url=base_url)
+        return _run_batched(task, in_path, out_path, llm=llm, cache_dir=cache_dir, base_url=base_url, work=work)
     import ray
 
     init_ray(ray_section)
@@ -146,24 +264,26 @@ def run_llm_task(
     # would add a task that claims a whole CPU (no argument reaches it).
     ds = ray.data.read_parquet(in_path, num_cpus=_IO_CPUS,
                                override_num_blocks=_num_blocks(in_path, batch * _BATCHES_PER_BLOCK))
-    ds = ds.map_batches(
-        _LLMWorker,
-        fn_constructor_kwargs={"task": task, "llm": llm, "cache_dir": cache_dir, "base_url": base_url},
-        batch_size=batch,
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=ray_section.actors,
-                                           max_concurrent_calls_per_actor=_BLOCKS_PER_ACTOR),
-        # The actors wait on HTTP; the model server, not Ray, owns the CPUs. An actor that owns
-        # a vLLM engine (llm.backend 'vllm') needs its GPU reserved here.
-        num_cpus=_LLM_ACTOR_CPUS,
-        **({"num_gpus": ray_section.num_gpus_per_actor} if ray_section.num_gpus_per_actor else {}),
-    )
-    _clear(out_path)
-    ds.write_parquet(out_path, ray_remote_args={"num_cpus": _IO_CPUS})
+    with _progress_feed(work) as progress_to:
+        ds = ds.map_batches(
+            _LLMWorker,
+            fn_constructor_kwargs={"task": task, "llm": llm, "cache_dir": cache_dir, "base_url": base_url,
+                                   "progress_to": progress_to},
+            batch_size=batch,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=ray_section.actors,
+                                               max_concurrent_calls_per_actor=_BLOCKS_PER_ACTOR),
+            # The actors wait on HTTP; the model server, not Ray, owns the CPUs. An actor that owns
+            # a vLLM engine (llm.backend 'vllm') needs its GPU reserved here.
+            num_cpus=_LLM_ACTOR_CPUS,
+            **({"num_gpus": ray_section.num_gpus_per_actor} if ray_section.num_gpus_per_actor else {}),
+        )
+        _clear(out_path)
+        ds.write_parquet(out_path, ray_remote_args={"num_cpus": _IO_CPUS})
 
 
 def _run_batched(task: LLMTask, in_path: str, out_path: str, *, llm: LLMSection, cache_dir: str,
-                 base_url: str | None) -> None:
+                 base_url: str | None, work: progress.Work | None = None) -> None:
     """llm.backend openai_batch: the rows go to the batch API from this process, which only uploads
     and polls (the model runs on the server). Rows are read llm.batch.max_lines at a time, twice:
     every chunk is submitted first, so the batches run side by side, then each chunk's answers are
@@ -173,6 +293,8 @@ def _run_batched(task: LLMTask, in_path: str, out_path: str, *, llm: LLMSection,
 
     worker = _LLMWorker(task, llm, cache_dir, base_url, batch=True)
     chunks = lambda: _row_chunks(pads.dataset(in_path, format="parquet"), llm.batch.max_lines)  # noqa: E731
+    bar = progress.bar(work.label, work.unit, work.total) if work is not None else None
+    failed = True
     try:
         for rows in chunks():
             worker.chat.submit(task.requests(rows))
@@ -181,8 +303,13 @@ def _run_batched(task: LLMTask, in_path: str, out_path: str, *, llm: LLMSection,
         for i, rows in enumerate(chunks()):
             pq.write_table(worker.table(rows, worker.chat.complete(task.requests(rows))),
                            str(Path(out_path) / f"part-{i:05d}.parquet"))
+            if bar is not None:  # a chunk's answers are all collected: its rows are done
+                bar.update(len(rows))
+        failed = False
     finally:
         worker.chat.close()
+        if bar is not None:
+            bar.close(failed=failed)
 
 
 def _row_chunks(ds, size: int):
@@ -250,11 +377,12 @@ EMBED_META = [("error", pa.string()), ("emb_calls", pa.int64()), ("emb_failed_re
 class _EmbedWorker:
     """One actor: one embedder, loaded once (the bundled weights, or an HTTP client with its pool)."""
 
-    def __init__(self, section: EmbeddingSection, cache_dir: str | None):
+    def __init__(self, section: EmbeddingSection, cache_dir: str | None, progress_to=None):
         from .llm.embedders import open_embedder
 
         self.embedder = open_embedder(section, cache_dir)
         self.model = section.model
+        self.tally = _Tally(progress_to) if progress_to is not None else None
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         import numpy as np
@@ -280,6 +408,9 @@ class _EmbedWorker:
         else:  # the bundled model computes here; keep the actor's loop free meanwhile
             vecs = await asyncio.to_thread(self.embedder.embed, texts)
         vecs = np.ascontiguousarray(vecs, dtype=np.float32)
+        if self.tally is not None:
+            self.tally.add(n)
+            self.tally.flush()
         dim = vecs.shape[1] if vecs.ndim == 2 else 0
         # A list column straight from the flat buffer: no Python list per vector.
         vector = pa.ListArray.from_arrays(pa.array(np.arange(0, n * dim + 1, dim, dtype=np.int32)),
@@ -296,7 +427,7 @@ class _EmbedWorker:
 
 
 def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, embedding: EmbeddingSection,
-                   cache_dir: str | None) -> None:
+                   cache_dir: str | None, work: progress.Work | None = None) -> None:
     """Rows (kind, id, text, text_hash) at in_path -> embeddings rows (plus EMBED_META) at out_path, on Ray.
 
     bundled: one actor computing in numpy. openai: `ray.actors` actors, each keeping
@@ -309,15 +440,16 @@ def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, embe
     batch = embedding.batch_size * (max(2, embedding.concurrency) if http else 4)
     ds = ray.data.read_parquet(in_path, num_cpus=_IO_CPUS,
                                override_num_blocks=_num_blocks(in_path, batch * _BATCHES_PER_BLOCK))
-    ds = ds.map_batches(
-        _EmbedWorker,
-        fn_constructor_kwargs={"section": embedding, "cache_dir": cache_dir},
-        batch_size=batch,
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=ray_section.actors if http else 1,
-                                           max_concurrent_calls_per_actor=_BLOCKS_PER_ACTOR if http else 1),
-        # An HTTP embedder waits on the server; the bundled one computes in the actor.
-        num_cpus=_LLM_ACTOR_CPUS if http else _EMBED_ACTOR_CPUS,
-    )
-    _clear(out_path)
-    ds.write_parquet(out_path, ray_remote_args={"num_cpus": _IO_CPUS})
+    with _progress_feed(work) as progress_to:
+        ds = ds.map_batches(
+            _EmbedWorker,
+            fn_constructor_kwargs={"section": embedding, "cache_dir": cache_dir, "progress_to": progress_to},
+            batch_size=batch,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=ray_section.actors if http else 1,
+                                               max_concurrent_calls_per_actor=_BLOCKS_PER_ACTOR if http else 1),
+            # An HTTP embedder waits on the server; the bundled one computes in the actor.
+            num_cpus=_LLM_ACTOR_CPUS if http else _EMBED_ACTOR_CPUS,
+        )
+        _clear(out_path)
+        ds.write_parquet(out_path, ray_remote_args={"num_cpus": _IO_CPUS})

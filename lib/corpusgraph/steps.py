@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from .embed_step import embed
 from .pipeline import RunContext, StageResult
+from .progress import Work
 from .prompts import load_prompt
 from .ray_runner import output_usage, run_llm_task
 from .stages import chunk as chunk_stage
@@ -121,8 +122,10 @@ def extract_identity(ctx: RunContext):
     return prompts, prompts.hash(sec), ctx.cfg.llm.model
 
 
-def _llm_pass(ctx: RunContext, stage: str, pending, task, schema_name: str, part: str = "in"):
-    """Hand pending rows to Ray, run the task, merge the results; returns (usage, rows sent)."""
+def _llm_pass(ctx: RunContext, stage: str, pending, task, schema_name: str, part: str = "in",
+              label: str | None = None, unit: str = "LLM calls"):
+    """Hand pending rows to Ray, run the task, merge the results; returns (usage, rows sent).
+    label and unit: the progress bar's (one row is one call)."""
     from .llm.base import Usage
 
     in_path, out_path = ctx.handoff(stage, part), ctx.handoff(stage, part + "-out")
@@ -132,7 +135,7 @@ def _llm_pass(ctx: RunContext, stage: str, pending, task, schema_name: str, part
         return Usage(), 0
     ctx.log(f"  {stage}: {n} rows to the model")
     run_llm_task(task, in_path, out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
-                 cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url())
+                 cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url(), work=Work(label or stage, unit, n))
     usage, nbytes = output_usage(out_path, ctx.cfg.llm)
     ctx.note_collected(nbytes)
     ctx.wh.merge(schema_name, ctx.spark.read.schema(spark_schema(schema_name)).parquet(out_path))
@@ -153,7 +156,8 @@ def _extract_round(ctx: RunContext, packs, task, part: str):
     label = "extract" if part == "round0" else f"extract, gleaning {part}"
     ctx.log(f"  {label}: {n_units} units to the model in {n_packs} calls")
     run_llm_task(task, in_path, out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
-                 cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url())
+                 cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url(),
+                 work=Work(f"{label} ({n_units} units)", "LLM calls", n_packs))
     usage, nbytes = output_usage(out_path, ctx.cfg.llm)
     ctx.note_collected(nbytes)
     rows = ctx.spark.read.parquet(out_path).select(F.explode("rows").alias("r")).select("r.*")
@@ -265,7 +269,8 @@ def resolve(ctx: RunContext) -> StageResult:
         out_path = ctx.handoff("resolve", part + "-out")
         ctx.log(f"  resolve: {n} {part} rows to the model")
         run_llm_task(task, ctx.handoff("resolve", part), out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
-                     cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url())
+                     cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url(),
+                     work=Work(f"resolve, {part}", "LLM calls", n))
         u, nbytes = output_usage(out_path, ctx.cfg.llm)
         ctx.note_collected(nbytes)
         usage.merge(u)
@@ -392,7 +397,8 @@ def reports(ctx: RunContext) -> StageResult:
                                            ctx.wh.read("community_reports"), level, sec, fingerprint)
         done = ctx.wh.read("community_reports").where(F.col("status") != "llm_error").select("community_id", "built_from")
         pending = inputs.join(done, ["community_id", "built_from"], "left_anti")
-        u, n = _llm_pass(ctx, "reports", pending, task, "community_reports", part=f"level{level}")
+        u, n = _llm_pass(ctx, "reports", pending, task, "community_reports", part=f"level{level}",
+                         label=f"reports, level {level}", unit="communities")
         usage.merge(u)
         sent += n
     ctx.wh.delete_where_missing("community_reports", comms, "community_id")
@@ -406,7 +412,8 @@ def reports(ctx: RunContext) -> StageResult:
             done = ctx.wh.read("community_domain_reports").where(F.col("status") != "llm_error").select(
                 "community_id", "domain", "built_from")
             pending = inputs.join(done, ["community_id", "domain", "built_from"], "left_anti")
-            u, n = _llm_pass(ctx, "reports", pending, dtask, "community_domain_reports", part=f"domains-level{level}")
+            u, n = _llm_pass(ctx, "reports", pending, dtask, "community_domain_reports", part=f"domains-level{level}",
+                             label=f"reports per domain, level {level}", unit="reports")
             usage.merge(u)
             per_domain += n
         ctx.wh.delete_where_missing("community_domain_reports", comms, "community_id")

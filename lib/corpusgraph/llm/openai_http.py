@@ -17,7 +17,7 @@ import random
 import ssl
 import threading
 import time
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import httpx
 
@@ -105,6 +105,9 @@ class OpenAIChatModel:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self._http = LoopClients()
+        # Told of every result as it comes (an answer, an error or a cache hit): the Ray runner's
+        # progress count (ray_runner._LLMWorker). Never raises into the batch.
+        self.on_result: Callable[[], None] | None = None
 
     def __repr__(self) -> str:  # no api_key: reprs end up in logs
         where = self.base_url if len(self.base_urls) == 1 else self.base_urls
@@ -154,6 +157,7 @@ class OpenAIChatModel:
         for i, (req, key) in enumerate(zip(requests, keys)):
             if key in hits:
                 results[i] = self._from_cache(req, hits[key])
+                self._told()
             else:
                 todo.append(i)
         if todo:
@@ -169,6 +173,13 @@ class OpenAIChatModel:
             raise AssertionError(f"no result for requests {missing}")
         return results  # type: ignore[return-value]
 
+    def _told(self) -> None:
+        if self.on_result is not None:
+            try:
+                self.on_result()
+            except Exception:  # progress must never cost an answer
+                pass
+
     # -- one request ---------------------------------------------------------------------------
     async def _one(self, clients: ClientSet, req: ChatRequest, key: str) -> ChatResult:
         start = time.monotonic()
@@ -177,6 +188,7 @@ class OpenAIChatModel:
         except Exception as exc:  # the contract: one bad request never loses the batch
             result = ChatResult(id=req.id, text=None, error=f"unexpected {type(exc).__name__}: {exc}")
         result.seconds = time.monotonic() - start
+        self._told()
         if result.error is None and self.cache is not None:
             value = {
                 "text": result.text,

@@ -1,0 +1,124 @@
+"""progress.py: the plain lines of a non-interactive log (done/total, rate, ETA, one per interval
+and one at the end), the tqdm bar on a terminal, and the driver-side poller."""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+
+from corpusgraph import progress
+from corpusgraph.progress import Bar, format_duration
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _bar(total, interval=15.0, **kw):
+    out, clock = io.StringIO(), Clock()
+    return Bar("extract", "LLM calls", total, stream=out, interactive=False, interval=interval, clock=clock, **kw), out, clock
+
+
+def test_plain_lines_come_once_per_interval_with_done_total_rate_and_eta():
+    bar, out, clock = _bar(400)
+    clock.t += 5
+    bar.update(10)  # 5 s in: under the interval, no line yet
+    assert out.getvalue() == ""
+    clock.t += 45
+    bar.set(120)  # 50 s in, 120 done: 2.4 calls/s, 280 left -> ETA 1m57s
+    assert out.getvalue().splitlines() == ["[corpusgraph] extract: 120/400 LLM calls (30%), 2.4 LLM calls/s, ETA 1m57s"]
+    clock.t += 1
+    bar.update(1)  # a second update within the interval adds no line
+    assert len(out.getvalue().splitlines()) == 1
+    clock.t += 116
+    bar.set(400)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == "[corpusgraph] extract: 400/400 LLM calls (100%), 2.4 LLM calls/s, done in 2m47s"
+    assert len(lines) == 3  # the 167 s mark's interval line, then the closing line
+
+
+def test_counts_never_go_down_nor_past_the_total():
+    bar, out, clock = _bar(10)
+    bar.set(7)
+    bar.set(3)  # a late poll of a smaller count
+    assert bar.done == 7
+    bar.update(9)  # a retried batch counted twice
+    assert bar.done == 10
+    bar.close(failed=True)
+    assert out.getvalue().endswith("stopped after 0s\n")
+
+
+def test_unknown_total_and_slow_rates_read_as_counts_per_minute():
+    bar, out, clock = _bar(None, interval=10)
+    clock.t += 600
+    bar.set(5)
+    assert out.getvalue().strip() == "[corpusgraph] extract: 5 LLM calls, 0.5 LLM calls/min"
+
+
+def test_a_transient_bar_is_silent_unless_it_showed_before_its_end():
+    short, out, clock = _bar(8, transient=True)
+    short.set(8)
+    short.close()
+    assert out.getvalue() == ""
+    long, out, clock = _bar(8, interval=10, transient=True)
+    clock.t += 11
+    long.set(4)
+    long.close()
+    assert len(out.getvalue().splitlines()) == 2 and "done in" in out.getvalue()
+
+
+def test_on_a_terminal_it_is_a_tqdm_bar_with_rate_and_eta():
+    out = io.StringIO()
+    bar = Bar("embed", "vectors", 50, stream=out, interactive=True)
+    bar.update(25)
+    bar.close()
+    text = out.getvalue()
+    assert "embed" in text and "50/50" not in text and "25/50" in text
+    assert re.search(r"vectors/s|s/ vectors", text)
+
+
+def test_poll_feeds_the_bar_from_a_reader_and_reads_once_more_at_the_end():
+    bar, out, clock = _bar(100)
+    count = {"n": 0}
+    seen = threading.Event()
+
+    def read():
+        count["n"] += 10
+        seen.set()
+        return count["n"]
+
+    with progress.poll(read, bar, every_s=0.01):
+        assert seen.wait(5)
+    after = bar.done
+    assert after >= 20  # at least one poll in the block and the final read
+    bar.close()
+
+
+def test_a_failing_reader_stops_updates_without_raising():
+    bar, out, clock = _bar(5)
+
+    def read():
+        raise RuntimeError("counter actor gone")
+
+    with progress.poll(read, bar, every_s=0.01):
+        pass
+    bar.close()
+    assert bar.done == 0
+
+
+def test_durations():
+    assert [format_duration(s) for s in (0, 42.4, 185, 7620)] == ["0s", "42s", "3m05s", "2h07m"]
+
+
+def test_interval_from_the_environment(monkeypatch):
+    monkeypatch.setattr(progress, "_settings", progress._Settings())
+    monkeypatch.setenv("CORPUSGRAPH_PROGRESS_INTERVAL_S", "2.5")
+    assert progress.interval_s() == 2.5
+    monkeypatch.setenv("CORPUSGRAPH_PROGRESS_INTERVAL_S", "nonsense")
+    assert progress.interval_s() == 15.0
