@@ -31,15 +31,30 @@ def _config(args) -> Config:
     return load_config(args.conf, _overrides(args.set), env=os.environ)
 
 
+def _spark(cfg: Config, args=None):
+    """The run's Spark session. Progress is corpusgraph's own (progress.py); Spark's console
+    progress bar and its WARN lines come back with --verbose (errors always show)."""
+    from . import progress
+    from .spark import build_spark
+
+    verbose = bool(getattr(args, "verbose", False))
+    progress.configure(verbose=verbose)
+    extra = {"spark.ui.showConsoleProgress": "false", **cfg.spark.extra}
+    if verbose:
+        extra["spark.ui.showConsoleProgress"] = "true"
+    spark = build_spark(cfg.spark.model_copy(update={"extra": extra}),
+                        set_master=not getattr(args, "submitted", False))
+    spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
+    return spark
+
+
 def cmd_index(args) -> int:
     from .pipeline import RunContext, format_summary, run_index
-    from .spark import build_spark
 
     cfg = _config(args)
     refuse_if_running(cfg.storage.warehouse, cfg.storage.run_lock_stale_s)  # before the JVM starts
     t0 = time.perf_counter()
-    spark = build_spark(cfg.spark, set_master=not args.submitted)
-    spark.sparkContext.setLogLevel("WARN")
+    spark = _spark(cfg, args)
     ctx = RunContext(cfg, spark, kind="index")
     stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
     try:
@@ -56,15 +71,13 @@ def cmd_estimate(args) -> int:
     """Dry run: what a build would cost, before any LLM spend (or after --calibrate N calls)."""
     from .estimate import run_estimate
     from .estimate_view import format_estimate
-    from .spark import build_spark
 
     cfg = _config(args)
     if args.calibrate < 0:
         raise ValueError("--calibrate takes a number of units >= 0")
     if args.sample_units is not None and args.sample_units < 0:
         raise ValueError("--sample-units takes a number of units >= 0")
-    spark = build_spark(cfg.spark, set_master=not args.submitted)
-    spark.sparkContext.setLogLevel("WARN")
+    spark = _spark(cfg, args)
     try:
         est, out = run_estimate(cfg, spark, calibrate_n=args.calibrate, out_dir=args.out,
                                 sample_units=args.sample_units)
@@ -78,14 +91,12 @@ def cmd_estimate(args) -> int:
 def cmd_update(args) -> int:
     """Incremental refresh: new, changed and deleted documents since the last build."""
     from .pipeline import RunContext, format_summary
-    from .spark import build_spark
     from .update import run_update
 
     cfg = _config(args)
     refuse_if_running(cfg.storage.warehouse, cfg.storage.run_lock_stale_s)  # before the JVM starts
     t0 = time.perf_counter()
-    spark = build_spark(cfg.spark, set_master=not args.submitted)
-    spark.sparkContext.setLogLevel("WARN")
+    spark = _spark(cfg, args)
     ctx = RunContext(cfg, spark, kind="update")
     try:
         run_update(ctx)
@@ -159,10 +170,8 @@ def _units_for_tuning(cfg: Config, ingest: bool) -> tuple[list[dict], str]:
     if rows:
         return rows, f"text_units at {cfg.storage.warehouse}"
     from .pipeline import RunContext, run_index
-    from .spark import build_spark
 
-    spark = build_spark(cfg.spark)
-    spark.sparkContext.setLogLevel("WARN")
+    spark = _spark(cfg)
     try:
         run_index(RunContext(cfg, spark, kind="index"), ["ingest", "chunk"])
     finally:
@@ -235,8 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value, e.g. --set chunk.size_tokens=200 (repeatable)")
 
+    def verbose(sp):
+        sp.add_argument("--verbose", action="store_true",
+                        help="also show Ray's and Spark's own progress output and Spark's warnings")
+
     sp = sub.add_parser("index", help="build or refresh the index (ingest -> embed)")
     common(sp)
+    verbose(sp)
     sp.add_argument("--stages", help="comma-separated subset of stages to run, in pipeline order")
     sp.add_argument("--submitted", action="store_true", help=argparse.SUPPRESS)  # set by jobs/index.py
     sp.set_defaults(func=cmd_index)
@@ -244,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("query", help="answer questions with citations")
     common(sp)
     sp.add_argument("question", nargs="+", help="one or more questions")
-    sp.add_argument("--method", default="auto", choices=["auto", "basic", "local", "global"])
+    sp.add_argument("--method", default="auto", choices=["auto", "basic", "local", "global", "drift"],
+                    help="auto (the router picks, and says why), basic (vector), local (graph neighbourhood), "
+                    "global (map-reduce over community reports) or drift (global primer, local follow-ups)")
     sp.add_argument("--level", type=int, default=None, help="community level for global search")
     sp.add_argument("--json", action="store_true", help="print answers as JSON")
     sp.set_defaults(func=cmd_query)
@@ -256,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("estimate", help="dry run: LLM calls, tokens, dollars, GPU-hours and wall time per stage")
     common(sp)
+    verbose(sp)
     sp.add_argument("--calibrate", type=int, default=0, metavar="N",
                     help="measure answer lengths, entity yield and community count with the real model on N sampled units")
     sp.add_argument("--out", help="folder for estimate.json and the chart (default: under storage.cache_dir)")
@@ -268,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("update", help="incremental refresh: new, changed and deleted documents")
     common(sp)
+    verbose(sp)
     sp.add_argument("--submitted", action="store_true", help=argparse.SUPPRESS)  # set by jobs/update.py
     sp.set_defaults(func=cmd_update)
 
