@@ -9,7 +9,7 @@ STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 CONF ?= conf/local.yaml
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars test test-unit test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-scale bench-graphrag-venv clean
+.PHONY: setup jars browser test test-unit test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-scale bench-graphrag-venv clean
 setup: $(STAMP) jars/.complete
 
 $(STAMP): pyproject.toml
@@ -35,8 +35,18 @@ index: setup
 query: setup
 	$(BIN)/corpusgraph query --conf $(CONF) "$(Q)"
 
-test: setup
+test: setup browser
 	$(PYTEST) tests -m "not slow" --timeout 1500
+
+# Headless Chromium for the report page test (tests/e2e/test_report_html.py): Debian's chromium
+# package (and a font for the screenshot), installed with apt-get as root or through sudo. A
+# browser already on PATH (chromium, chromium-browser, google-chrome) or named by CHROMIUM=path is used.
+browser:
+	@if [ -n "$$CHROMIUM" ] || command -v chromium || command -v chromium-browser || command -v google-chrome; then :; \
+	else SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); echo "installing Debian's chromium package"; \
+	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	    --no-install-recommends chromium fonts-dejavu-core; fi
+
 
 test-unit: setup
 	$(PYTEST) tests -m unit
@@ -55,7 +65,7 @@ test-faults: setup
 test-cluster: setup
 	$(PYTEST) tests/distributed --timeout 2400
 
-test-e2e: setup
+test-e2e: setup browser
 	$(PYTEST) tests -m "e2e or llm"
 
 bench: setup

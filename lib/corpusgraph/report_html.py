@@ -28,10 +28,16 @@ _FONT = "system-ui, -apple-system, 'Segoe UI', sans-serif"
 
 
 def _layout(**kw) -> dict:
-    base = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40, "b": 60}, "height": 380,
+    base = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 30, "b": 60}, "height": 380,
             "font": {"family": _FONT, "size": 12}, "legend": {"orientation": "h", "y": -0.2}}
     base.update(kw)
     return base
+
+
+def _t(text) -> str:
+    """Text for a Plotly label or hover: Plotly reads a subset of HTML in them, so a title like
+    'A <b> B' is escaped to show as written."""
+    return html.escape(str(text), quote=False)
 
 
 def _fig(data: list, layout: dict) -> dict:
@@ -42,7 +48,8 @@ def _fig(data: list, layout: dict) -> dict:
 
 
 def _run_label(r: dict) -> str:
-    return f"{r['kind']} {(r['started'] or '')[:16].replace('T', ' ')}"
+    # The id's tail keeps two runs started in the same minute apart (one bar each).
+    return _t(f"{r['kind']} {(r['started'] or '')[:16].replace('T', ' ')} {r['run_id'][-6:]}")
 
 
 def _stage_order(names) -> list[str]:
@@ -61,11 +68,11 @@ def fig_time(data: ReportData) -> dict | None:
     if not runs:
         return None
     labels = [_run_label(r) for r in runs]
-    traces = [go.Bar(name=s, x=labels, y=[round(r["stages"].get(s, 0.0), 2) for r in runs],
-                     customdata=[[r["run_id"], r["status"]] for r in runs],
-                     hovertemplate=f"{s}: %{{y:.1f}} s<br>%{{customdata[0]}} (%{{customdata[1]}})<extra></extra>")
+    traces = [go.Bar(name=_t(s), x=labels, y=[round(r["stages"].get(s, 0.0), 2) for r in runs],
+                     customdata=[[_t(r["run_id"]), _t(r["status"])] for r in runs],
+                     hovertemplate=f"{_t(s)}: %{{y:.1f}} s<br>%{{customdata[0]}} (%{{customdata[1]}})<extra></extra>")
               for s in _stage_order(k for r in runs for k in r["stages"])]
-    return _fig(traces, _layout(barmode="stack", yaxis={"title": "seconds"}, title="Seconds per stage, per run"))
+    return _fig(traces, _layout(barmode="stack", yaxis={"title": "seconds"}))
 
 
 def fig_llm(rows: list[dict]) -> dict | None:
@@ -74,7 +81,7 @@ def fig_llm(rows: list[dict]) -> dict | None:
 
     if not rows:
         return None
-    stages = [r["stage"] for r in rows]
+    stages = [_t(r["stage"]) for r in rows]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("tokens", "requests"))
     fig.add_trace(go.Bar(name="tokens in", x=stages, y=[r["tokens_in"] for r in rows], legendgroup="t"), 1, 1)
     fig.add_trace(go.Bar(name="tokens out", x=stages, y=[r["tokens_out"] for r in rows], legendgroup="t"), 1, 1)
@@ -82,7 +89,7 @@ def fig_llm(rows: list[dict]) -> dict | None:
                          customdata=[[round(r["usd"], 4), r["errors"]] for r in rows],
                          hovertemplate="%{y} calls, $%{customdata[0]}, %{customdata[1]} errors<extra></extra>"), 1, 2)
     fig.add_trace(go.Bar(name="cache hits", x=stages, y=[r["cache_hits"] for r in rows], legendgroup="c"), 1, 2)
-    fig.update_layout(**_layout(barmode="stack", title="LLM use per stage, all runs"))
+    fig.update_layout(**_layout(barmode="stack", margin={"l": 60, "r": 20, "t": 60, "b": 60}))
     return json.loads(fig.to_json())
 
 
@@ -93,7 +100,7 @@ def fig_estimate(cmp: dict | None) -> dict | None:
     if not cmp or not cmp["rows"]:
         return None
     rows = cmp["rows"]
-    stages = [r["stage"] for r in rows]
+    stages = [_t(r["stage"]) for r in rows]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("requests", "tokens (in + out)"))
     fig.add_trace(go.Bar(name="estimate", x=stages, y=[r["est_calls"] for r in rows], marker_color="#8c9bb5",
                          legendgroup="e"), 1, 1)
@@ -104,7 +111,7 @@ def fig_estimate(cmp: dict | None) -> dict | None:
                          marker_color="#8c9bb5", legendgroup="e", showlegend=False), 1, 2)
     fig.add_trace(go.Bar(name="actual", x=stages, y=[r["tokens_in"] + r["tokens_out"] for r in rows],
                          marker_color="#2f6fdf", legendgroup="a", showlegend=False), 1, 2)
-    fig.update_layout(**_layout(barmode="group", title="Estimate against actual"))
+    fig.update_layout(**_layout(barmode="group", margin={"l": 60, "r": 20, "t": 60, "b": 60}))
     return json.loads(fig.to_json())
 
 
@@ -117,9 +124,9 @@ def fig_types(types: list[tuple[str, int]]) -> dict | None:
     if len(types) > _TYPES_SHOWN:
         shown.append((f"other ({len(types) - _TYPES_SHOWN} types)", sum(n for _, n in types[_TYPES_SHOWN:])))
     shown = shown[::-1]  # largest at the top of a horizontal bar chart
-    return _fig([go.Bar(x=[n for _, n in shown], y=[t for t, _ in shown], orientation="h",
+    return _fig([go.Bar(x=[n for _, n in shown], y=[_t(t) for t, _ in shown], orientation="h",
                         hovertemplate="%{y}: %{x} entities<extra></extra>")],
-                _layout(title="Entities by type", xaxis={"title": "entities"},
+                _layout(xaxis={"title": "entities"},
                         height=max(260, 60 + 22 * len(shown)), margin={"l": 160, "r": 20, "t": 40, "b": 50}))
 
 
@@ -131,7 +138,7 @@ def fig_degrees(degrees: list[tuple[int, int]]) -> dict | None:
     counts = [n for _, n in degrees]
     log = max(counts) > 20 * min(counts)
     return _fig([go.Bar(x=[d for d, _ in degrees], y=counts, hovertemplate="degree %{x}: %{y} entities<extra></extra>")],
-                _layout(title="Degree distribution", xaxis={"title": "degree (relationships of an entity)"},
+                _layout(xaxis={"title": "degree (relationships of an entity)"},
                         yaxis={"title": "entities", "type": "log" if log else "linear"}, bargap=0.1))
 
 
@@ -143,14 +150,14 @@ def fig_hierarchy(nodes: list[dict]) -> dict | None:
 
     def label(n: dict) -> str:
         t = n["title"] or f"community {n['id']}"
-        return t if len(t) <= _TITLE_CHARS else t[: _TITLE_CHARS - 1] + "\u2026"
+        return _t(t if len(t) <= _TITLE_CHARS else t[: _TITLE_CHARS - 1] + "\u2026")
 
     return _fig([go.Sunburst(
         ids=[n["id"] for n in nodes], parents=[n["parent"] for n in nodes], labels=[label(n) for n in nodes],
         values=[n["value"] for n in nodes], branchvalues="total", maxdepth=3, insidetextorientation="radial",
-        customdata=[[n["title"] or "(no report)", n["level"], n["size"]] for n in nodes],
+        customdata=[[_t(n["title"] or "(no report)"), n["level"], n["size"]] for n in nodes],
         hovertemplate="%{customdata[0]}<br>level %{customdata[1]}, %{customdata[2]} entities<extra></extra>")],
-        _layout(title="Community hierarchy (click to zoom)", height=620, margin={"l": 10, "r": 10, "t": 40, "b": 10}))
+        _layout(height=620, margin={"l": 10, "r": 10, "t": 40, "b": 10}))
 
 
 def fig_quarantine(reasons: list[tuple[str, int]]) -> dict | None:
@@ -158,9 +165,9 @@ def fig_quarantine(reasons: list[tuple[str, int]]) -> dict | None:
 
     if not reasons:
         return None
-    return _fig([go.Bar(x=[r for r, _ in reasons], y=[n for _, n in reasons], marker_color="#d9822b",
+    return _fig([go.Bar(x=[_t(r) for r, _ in reasons], y=[n for _, n in reasons], marker_color="#d9822b",
                         hovertemplate="%{x}: %{y} inputs<extra></extra>")],
-                _layout(title="Quarantined inputs by reason", yaxis={"title": "inputs"}))
+                _layout(yaxis={"title": "inputs"}))
 
 
 def figures(data: ReportData) -> dict[str, dict | None]:
