@@ -47,7 +47,6 @@ browser:
 	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 	    --no-install-recommends chromium fonts-dejavu-core; fi
 
-
 test-unit: setup
 	$(PYTEST) tests -m unit
 
