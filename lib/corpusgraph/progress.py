@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, TextIO
 
-__all__ = ["Bar", "Work", "configure", "verbose", "interval_s", "bar", "spark_tasks", "format_duration", "poll"]
+__all__ = ["Bar", "Work", "configure", "verbose", "interval_s", "bar", "write", "spark_tasks", "format_duration",
+           "poll"]
 
 _DEFAULT_INTERVAL_S = 15.0
 
@@ -51,6 +52,7 @@ class Work:
 _settings = _Settings()
 _lock = threading.Lock()
 _open_bars = 0  # driver-fed bars open now; the Spark task bar stays quiet while one is
+_tqdm_open = 0  # terminal bars open now: log lines go above them (write)
 
 
 def configure(*, verbose: bool | None = None, stream: TextIO | None = None, interactive: bool | None = None,
@@ -127,7 +129,7 @@ class Bar:
                  clock: Callable[[], float] = time.monotonic):
         """transient: a bar that says nothing at its end unless it showed before (a short Spark
         job), and leaves no line on a terminal."""
-        global _open_bars
+        global _open_bars, _tqdm_open
         self.stage, self.unit, self.total = stage, unit, total
         self.transient = transient
         self.done = 0
@@ -149,6 +151,7 @@ class Bar:
                               leave=not transient, smoothing=0.1, mininterval=0.5)
         with _lock:
             _open_bars += 1
+            _tqdm_open += self._tqdm is not None
 
     # -- feeding -------------------------------------------------------------------------------
     def update(self, n: int = 1) -> None:
@@ -187,7 +190,7 @@ class Bar:
 
     def close(self, failed: bool = False) -> None:
         """The last line: done/total, rate and the time taken (or "stopped" when it failed)."""
-        global _open_bars
+        global _open_bars, _tqdm_open
         with self._mutex:
             if self._closed:
                 return
@@ -198,6 +201,7 @@ class Bar:
                 self._line(final="stopped after" if failed else "done in")
         with _lock:
             _open_bars -= 1
+            _tqdm_open -= self._tqdm is not None
 
     def __enter__(self) -> "Bar":
         return self
@@ -227,6 +231,18 @@ class Bar:
         self._last_line = self._clock()
         self.lines += 1
         print(f"[corpusgraph] {self.status(final=final)}", file=self._stream, flush=True)
+
+
+def write(line: str, stream: TextIO | None = None) -> None:
+    """Print a log line; above any terminal bar that is open, not through it."""
+    stream = stream or _stream()
+    if _tqdm_open:
+        from tqdm import tqdm
+
+        tqdm.write(line, file=stream)
+        stream.flush()
+    else:
+        print(line, file=stream, flush=True)
 
 
 def bar(stage: str, unit: str, total: int | None) -> Bar:

@@ -122,3 +122,17 @@ def test_interval_from_the_environment(monkeypatch):
     assert progress.interval_s() == 2.5
     monkeypatch.setenv("CORPUSGRAPH_PROGRESS_INTERVAL_S", "nonsense")
     assert progress.interval_s() == 15.0
+
+
+def test_log_lines_go_above_an_open_terminal_bar():
+    out = io.StringIO()
+    bar = Bar("reports, level 0", "communities", 10, stream=out, interactive=True)
+    bar.update(3)
+    progress.write("[corpusgraph] a log line", out)
+    bar.close()
+    progress.write("[corpusgraph] after", out)
+    text = out.getvalue()
+    # tqdm.write blanks the bar's line first (\r, spaces, \r), then the bar is drawn again below.
+    before, line, after = text.partition("[corpusgraph] a log line\n")
+    assert line and re.search(r"\r +\r$", before) and "3/10" in after
+    assert text.endswith("[corpusgraph] after\n")
