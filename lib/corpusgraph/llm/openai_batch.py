@@ -184,7 +184,7 @@ class OpenAIBatchChatModel:
                 continue
             self.records.write(rec)
             try:
-                self._create(rec)
+                self._create(rec, look_first=False)  # just uploaded: no batch can be made of it yet
             except BatchAPIError as exc:  # the record stays: the next run finds the batch or creates it
                 self._fail([k for k, _ in chunk], f"batch could not be created: {exc}; record {self.records.path(rec)} kept")
                 continue
@@ -358,12 +358,12 @@ class OpenAIBatchChatModel:
     def _download(self, file_id: str) -> str:
         return self._request("GET", f"/files/{file_id}/content").text
 
-    def _create(self, rec: dict) -> None:
-        """POST /batches for the record's uploaded file, once: before each try (and first, for a
+    def _create(self, rec: dict, look_first: bool = True) -> None:
+        """POST /batches for the record's uploaded file, once: before a retry (and first, for a
         record found after a crash) the batch made from that file is looked for, so a create whose
         answer was lost is never repeated."""
         for attempt in range(self.max_retries + 3):
-            found = self._find_batch(rec["input_file_id"])
+            found = self._find_batch(rec["input_file_id"]) if look_first or attempt else None
             if found is None:
                 try:
                     found = self._api("POST", "/batches", tries=1, json={
