@@ -253,15 +253,16 @@ def bar(stage: str, unit: str, total: int | None) -> Bar:
 @contextlib.contextmanager
 def poll(read: Callable[[], int | None], target: Bar, every_s: float = 1.0) -> Iterator[Bar]:
     """Feed `target` from `read()` (done so far, or None when unknown) on a daemon thread for the
-    `with` block, then once more at its end; a failing read only stops the updates."""
+    `with` block, then once more at its end. A failing read (a counter actor still starting, or
+    gone) is skipped: progress never fails the run."""
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.wait(every_s):
             try:
                 done = read()
-            except Exception:  # noqa: BLE001 - progress must never fail the run
-                return
+            except Exception:  # noqa: BLE001
+                continue
             if done is not None:
                 target.set(done)
 

@@ -133,18 +133,29 @@ class _Tally:
         if due:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self):
+        """Send what is pending; returns the call's ref (None when nothing was sent)."""
         with self.lock:
             n, self.pending, self.last = self.pending, 0, time.monotonic()
         if n:
             with contextlib.suppress(Exception):
-                self.counter.add.remote(self.key, n)
+                return self.counter.add.remote(self.key, n)
+        return None
+
+    async def settle(self) -> None:
+        """At the end of a batch: send what is pending and wait until the counter has it (an
+        actor that ends right after its last batch could otherwise lose the message)."""
+        ref = self.flush()
+        if ref is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout=10)
 
 
 @contextlib.contextmanager
-def _progress_feed(work: progress.Work | None):
+def _progress_feed(work: progress.Work | None, out_path: str):
     """(counter, key) for the workers of one task run, and its bar fed from the counter on the
-    driver for the `with` block; (None) when the caller asked for no bar."""
+    driver for the `with` block; (None) when the caller asked for no bar. When the block ends
+    well, the bar's last count is the rows written to out_path (from the Parquet footers)."""
     if work is None:
         yield None
         return
@@ -157,6 +168,10 @@ def _progress_feed(work: progress.Work | None):
         with progress.poll(lambda: ray.get(counter.get.remote(key), timeout=10), bar):
             yield (counter, key)
         failed = False
+        with contextlib.suppress(Exception):
+            import pyarrow.dataset as pads
+
+            bar.set(pads.dataset(out_path, format="parquet").count_rows())
     finally:
         bar.close(failed=failed)
         with contextlib.suppress(Exception):
@@ -226,7 +241,7 @@ class _LLMWorker:
         if self.tally is not None:
             if not self.per_request:
                 self.tally.add(len(rows))
-            self.tally.flush()
+            await self.tally.settle()
         return self.table(rows, results)
 
     def table(self, rows: list[dict], results: Sequence[ChatResult]) -> pa.Table:
@@ -264,7 +279,7 @@ def run_llm_task(
     # would add a task that claims a whole CPU (no argument reaches it).
     ds = ray.data.read_parquet(in_path, num_cpus=_IO_CPUS,
                                override_num_blocks=_num_blocks(in_path, batch * _BATCHES_PER_BLOCK))
-    with _progress_feed(work) as progress_to:
+    with _progress_feed(work, out_path) as progress_to:
         ds = ds.map_batches(
             _LLMWorker,
             fn_constructor_kwargs={"task": task, "llm": llm, "cache_dir": cache_dir, "base_url": base_url,
@@ -410,7 +425,7 @@ class _EmbedWorker:
         vecs = np.ascontiguousarray(vecs, dtype=np.float32)
         if self.tally is not None:
             self.tally.add(n)
-            self.tally.flush()
+            await self.tally.settle()
         dim = vecs.shape[1] if vecs.ndim == 2 else 0
         # A list column straight from the flat buffer: no Python list per vector.
         vector = pa.ListArray.from_arrays(pa.array(np.arange(0, n * dim + 1, dim, dtype=np.int32)),
@@ -440,7 +455,7 @@ def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, embe
     batch = embedding.batch_size * (max(2, embedding.concurrency) if http else 4)
     ds = ray.data.read_parquet(in_path, num_cpus=_IO_CPUS,
                                override_num_blocks=_num_blocks(in_path, batch * _BATCHES_PER_BLOCK))
-    with _progress_feed(work) as progress_to:
+    with _progress_feed(work, out_path) as progress_to:
         ds = ds.map_batches(
             _EmbedWorker,
             fn_constructor_kwargs={"section": embedding, "cache_dir": cache_dir, "progress_to": progress_to},
