@@ -93,8 +93,9 @@ def _interactive(stream: TextIO) -> bool:
     if _settings.interactive is not None:
         return _settings.interactive
     try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
+        # A terminal of no width (a pty nobody sized, as some CI runners give) draws empty bars.
+        return stream.isatty() and os.get_terminal_size(stream.fileno()).columns > 0
+    except (AttributeError, ValueError, OSError):
         return False
 
 
