@@ -1,4 +1,5 @@
-"""Fault tolerance of the index: kill a Ray worker, the model server, or the driver mid-stage.
+"""Fault tolerance of the index: kill a Ray worker, the model server, the driver or a whole Ray
+worker node mid-stage.
 
 Each time the rerun must finish, pay for no call that had already been answered, and produce
 the same tables as a clean run. The LLM is a scripted OpenAI-compatible server in a child
@@ -210,7 +211,7 @@ def _repaid_at_kill(delivered: list[str], delivered_at_kill: int) -> set[str]:
     return repaid
 
 
-FAULTS = ("worker_kill", "model_server_kill", "driver_kill")
+FAULTS = ("worker_kill", "model_server_kill", "driver_kill", "worker_node_kill")
 RESULTS = REPO / "tests" / "benchmarks" / "results" / "faults.json"
 
 
@@ -477,3 +478,95 @@ def test_killed_driver_then_rerun(clean, report, tmp_path):
     assert calls["calls"] == clean["units"] - paid_first + len(repaid)
     assert calls["cache_hits"] == paid_first - len(repaid)
     assert calls["errors"] == 0
+
+
+# --------------------------------------------------------------------------- a worker node
+def _node_family(proc: subprocess.Popen) -> list[psutil.Process]:
+    """`ray start --block` and every process of its node: its descendants and its process group
+    (the daemon leads a session of its own; raylet's workers may be reparented)."""
+    try:
+        family = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    seen = {p.pid for p in family}
+    for p in psutil.process_iter():
+        try:
+            if p.pid not in seen and os.getpgid(p.pid) == proc.pid:
+                family.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
+            continue
+    return family
+
+
+def test_killed_ray_worker_node_then_rerun(clean, report, tmp_path, monkeypatch):
+    """A Ray cluster of separate processes (a head with no CPUs, one worker node with two) and
+    `corpusgraph index` joining it: mid-extraction the whole worker node (its `ray start` process
+    group: raylet, its workers, the LLM actor) is SIGKILLed and a replacement node joins, as a
+    cluster's autoscaler or a restarted machine would bring one. The run finishes or fails; either
+    way a rerun on the cluster finishes with the clean run's tables, and no answer that reached
+    the cache is paid again. The driver is a process of its own, as in production: one that ran a
+    local Ray before keeps that Ray's auth settings and cannot join the test cluster."""
+    from tests.distributed.cluster import Daemons, RayLocalCluster, localhost_cluster_env, wait_until
+
+    t0, load0 = time.monotonic(), os.getloadavg()
+    env = localhost_cluster_env()
+    monkeypatch.setenv("RAY_AUTH_MODE", env["RAY_AUTH_MODE"])  # the drivers _cli starts inherit it
+    logs = tmp_path / "daemons"
+    logs.mkdir()
+    daemons = Daemons(logs, env)
+    inputs = _write_inputs(tmp_path)
+    server = ScriptedServer(tmp_path / "served.log").start()
+    try:
+        cluster = RayLocalCluster(daemons, Path("/tmp") / f"cg-ray-{os.getpid()}", worker_cpus=2).start()
+        over = _overrides(tmp_path, inputs, server, **{"ray.address": cluster.address})
+        proc = _cli(over, tmp_path / "first.log")
+        n_kill = clean["units"] // 3
+        _wait_for(lambda: server.n_delivered() >= n_kill or proc.poll() is not None, "extraction under way",
+                  limit_s=600)
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        (node_proc,) = [p for name, p in daemons.procs if name.startswith("ray-worker")]
+        family = _node_family(node_proc)
+        actors = [p for p in family if "MapWorker" in " ".join(p.cmdline()) or "_LLMWorker" in " ".join(p.cmdline())]
+        assert actors, "the LLM actor is not on the worker node: " + ", ".join(" ".join(p.cmdline())[:80] for p in family)
+        in_flight = server.stats()["in_flight"]
+        for p in family:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        killed_at = server.n_delivered()
+        daemons.discard(node_proc)
+        psutil.wait_procs(family, timeout=30)
+        # The replacement node: the same `ray start --address` a restarted machine would run.
+        node, log = daemons.start("ray-worker-replacement", [
+            str(Path(sys.executable).with_name("ray")), "start", "--address", cluster.address,
+            "--num-cpus", str(cluster.worker_cpus), *cluster._node_args()])
+        wait_until(lambda: cluster.alive_nodes() == 2, "replacement Ray worker node joined", 240, node, log)
+        first_rc = proc.wait(600)
+        print(f"worker node killed ({len(family)} processes, {len(actors)} LLM actor) after {killed_at} answers; "
+              f"first run exit code {first_rc}")
+        first_run_paid = server.n_delivered()
+        rerun = _cli(over, tmp_path / "second.log")
+        rc = rerun.wait(600)
+        assert rc == 0, (tmp_path / "second.log").read_text()[-3000:]
+    finally:
+        server.kill()
+        daemons.stop()
+    delivered = server.delivered
+    repaid = {k for k, n in collections.Counter(delivered).items() if n > 1}
+    tables = _tables(over["storage.warehouse"])
+    _record(report, "worker_node_kill", t0, load0, clean, delivered, tables, repaid, in_flight,
+            answered_before_kill=killed_at, node_processes_killed=len(family),
+            first_run="finished" if first_rc == 0 else f"exit code {first_rc}")
+    assert 0 < killed_at < clean["units"]
+    # The node died with at most IN_FLIGHT requests on the wire: only those, among the last
+    # answers delivered before the kill, may be paid twice.
+    repaid = _repaid_at_kill(delivered, killed_at)
+    _assert_paid_once(delivered, clean["keys"], lost_in_transit=repaid)
+    assert tables == clean["tables"]
+    runs, calls = _runs(over["storage.warehouse"]), _llm_calls(over["storage.warehouse"])
+    if first_rc == 0:  # the run survived its node: the rerun found nothing left to pay for
+        assert list(runs.values()) == ["ok", "ok"] and server.n_delivered() == first_run_paid, runs
+    else:  # the rerun paid only for what the first run had no answer for
+        (ok,) = [r for r, status in runs.items() if status == "ok"]
+        assert calls[ok]["calls"] == len(delivered) - first_run_paid and calls[ok]["errors"] == 0
