@@ -33,8 +33,9 @@ $(STAMP): pyproject.toml
 jars/.complete: conf/jars.pom.xml
 	@echo "setup: Delta jars from Maven Central into jars/"
 	@mkdir -p jars
+	@# Maven 3.8 prints colour resets even with -q: its output goes to a log, shown if it fails.
 	@mvn -q -B -f conf/jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/jars \
-	  -DincludeScope=runtime -DincludeGroupIds=io.delta
+	  -DincludeScope=runtime -DincludeGroupIds=io.delta > jars/maven.log 2>&1 || { cat jars/maven.log; exit 1; }
 	@touch $@
 
 index: setup

@@ -268,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     from serving.cli_serve import add_serve_command  # argparse wiring only; FastAPI loads on use
 
     add_serve_command(sub)
-    __import__("corpusgraph.export").export.register(sub)  # export/__init__.py: graphml, neo4j, parquet
+    from .export import register as add_export_command  # graphml, neo4j, parquet (export/__init__.py)
+
+    add_export_command(sub)
 
     sp = sub.add_parser("estimate", help="dry run: LLM calls, tokens, dollars, GPU-hours and wall time per stage")
     common(sp)
@@ -303,7 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--ingest", action="store_true",
                     help="ingest and chunk the configured inputs first, even if text_units exists")
     sp.set_defaults(func=cmd_prompt_tune)
-    __import__("corpusgraph.report_html", fromlist=["register"]).register(sub)  # `report` (report_html.py)
+    from .report_html import register as add_report_command  # the HTML page of an index
+
+    add_report_command(sub)
     return p
 
 
