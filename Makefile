@@ -62,7 +62,7 @@ test-unit: setup
 test-spark: setup
 	$(PYTEST) tests -m spark
 
-# Kill a Ray worker, the model server, the driver mid-stage; reruns must pay for nothing twice.
+# Kill a Ray worker, a whole Ray worker node, the model server, the driver mid-stage; reruns must pay for nothing twice.
 # Run by .ci/run: 11.5-17 minutes on a 2-core machine at load average 3-16 (faults.json). The
 # timeout is per test (the clean run counts with the first): 2.5x the slowest one seen.
 test-faults: setup
