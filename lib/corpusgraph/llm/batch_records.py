@@ -11,10 +11,10 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from corpusgraph.llm.base import ChatResult
-from corpusgraph.llm.openai_http import parse_completion_body
+from corpusgraph.llm.openai_http import error_message, parse_completion_body
 
 __all__ = ["BatchRecords", "line_outcome", "RETRY_CODES"]
 
@@ -89,19 +89,9 @@ def line_outcome(key: str, obj: dict | None, batch: dict) -> tuple[str, ChatResu
         return ("ok" if res.error is None else "fatal"), res  # as synchronously: a 200 without an answer is not retried
     if isinstance(code, int):
         body = resp.get("body")
-        msg = _body_message(body)
+        msg = error_message(body)
         kind = "retry" if code == 429 or code >= 500 else "fatal"
         return kind, ChatResult(id=key, text=None, error=f"batch {bid}: HTTP {code}: {msg}")
     ecode = err.get("code")
     kind = "retry" if ecode in RETRY_CODES else "fatal"
     return kind, ChatResult(id=key, text=None, error=f"batch {bid}: {ecode}: {err.get('message')}")
-
-
-def _body_message(body: Any) -> str:
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:300]
-        if isinstance(err, str):
-            return err[:300]
-    return str(body)[:300]

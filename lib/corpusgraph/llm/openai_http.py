@@ -378,6 +378,12 @@ def _server_message(resp: httpx.Response) -> str:
         data = resp.json()
     except ValueError:
         return resp.text.strip()[:300] or resp.reason_phrase
+    return error_message(data)
+
+
+def error_message(data: Any) -> str:
+    """The message of an error body already parsed: OpenAI's {"error": {"message"}} or {"error": "..."},
+    FastAPI's {"detail"}, else the body as text; at most 300 characters."""
     if isinstance(data, dict):
         err = data.get("error")
         if isinstance(err, dict) and err.get("message"):
