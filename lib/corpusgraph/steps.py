@@ -10,6 +10,7 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 
 from .embed_step import embed
+from . import progress
 from .pipeline import RunContext, StageResult
 from .progress import Work
 from .prompts import load_prompt
@@ -36,7 +37,7 @@ def _read_inputs(ctx: RunContext):
 
     Parquet files go through Spark's Parquet reader (row groups in parallel), after their
     footers are checked on the driver; everything else is read by the binaryFile source, one
-    file per row. Returns (parsed frame, files listed).
+    file per row. Returns (parsed frame, files listed, files the binaryFile source reads).
     """
     from .stages import ingest_parquet as ingest_pq
 
@@ -69,18 +70,20 @@ def _read_inputs(ctx: RunContext):
     parsed = parts[0]
     for part in parts[1:]:
         parsed = parsed.unionByName(part)
-    return parsed, len(listed)
+    return parsed, len(listed), len(listed_others)
 
 
 def ingest(ctx: RunContext) -> StageResult:
     sec = ctx.cfg.ingest
     if not sec.inputs:
         raise ValueError("ingest.inputs is empty: name the files or folders to index in the config")
-    parsed, n_files = _read_inputs(ctx)
+    parsed, n_files, n_binary = _read_inputs(ctx)
     parsed = parsed.cache()
     docs = ingest_stage.documents_from(parsed).cache()
     quarantine = ingest_stage.quarantine_from(parsed)
-    stats = docs.agg(F.count("*").alias("docs"), F.sum(F.col("copies") - 1).alias("dups")).first()
+    # The pass that reads and parses every file (it fills the caches), in files read.
+    with progress.spark_records(ctx.spark, "ingest", "files", n_binary, source="Scan binaryFile"):
+        stats = docs.agg(F.count("*").alias("docs"), F.sum(F.col("copies") - 1).alias("dups")).first()
     n_docs = int(stats["docs"] or 0)
     if n_docs:
         ctx.wh.merge("documents", docs, update=False, soft_delete="deleted")
@@ -104,8 +107,11 @@ def ingest(ctx: RunContext) -> StageResult:
 
 
 def chunk(ctx: RunContext) -> StageResult:
-    units = chunk_stage.chunk_documents(ctx.wh.read("documents"), ctx.cfg.chunk)
-    ctx.wh.overwrite("text_units", units)
+    documents = ctx.wh.read("documents")
+    units = chunk_stage.chunk_documents(documents, ctx.cfg.chunk)
+    with progress.spark_records(ctx.spark, "chunk", "documents", documents.where("NOT deleted").count(),
+                                source="Scan parquet"):
+        ctx.wh.overwrite("text_units", units)
     return StageResult(rows={"text_units": ctx.wh.read("text_units").count()})
 
 
@@ -364,9 +370,10 @@ def communities(ctx: RunContext) -> StageResult:
     e = edges.toArrow()
     ctx.note_collected(id_col.nbytes + e.nbytes)
     ids = id_col.column(0).to_pylist()
-    membership = comm_stage.detect(
-        ids, e.column("a").to_numpy(), e.column("b").to_numpy(), e.column("weight").to_numpy(), ctx.cfg.communities
-    )
+    with progress.ticking(progress.bar("communities (Leiden)", "levels", ctx.cfg.communities.max_levels)) as leiden:
+        membership = comm_stage.detect(ids, e.column("a").to_numpy(), e.column("b").to_numpy(),
+                                       e.column("weight").to_numpy(), ctx.cfg.communities, on_level=leiden.set)
+        leiden.set_total(leiden.done)  # max_levels is a bound: the hierarchy stops when nothing needs splitting
     schema = "community_id string, level int, parent_id string, entity_id string, graph_version string, modularity double"
     mdf = ctx.spark.createDataFrame(membership.to_pandas(), schema=schema) if membership.num_rows else \
         ctx.spark.createDataFrame([], schema)

@@ -162,6 +162,16 @@ def test_index_prints_a_bar_per_stage_in_its_units_and_the_summary(cli, indexed)
     assert sum(int(done) for _, done, _ in levels) == _row_value(rows["reports"], "sent") > 0, shown
     vectors = re.findall(r"^\[corpusgraph\] embed: (\d+)/(\d+) vectors \(100%\), .+, done in \S+$", err, re.M)
     assert [(int(a), int(b)) for a, b in vectors] == [(_row_value(rows["embed"], "embedded_now"),) * 2], shown
+    # The Spark-only stages in theirs: ingest in files read, chunk in documents read (from Spark's
+    # SQL metrics), communities in Leiden levels (at most communities.max_levels, lowered to those built).
+    def closing(label: str, unit: str) -> list[tuple[int, int]]:
+        return [(int(a), int(b)) for a, b in re.findall(
+            rf"^\[corpusgraph\] {re.escape(label)}: (\d+)/(\d+) {unit} \(100%\), .+, done in \S+$", err, re.M)]
+
+    assert closing("ingest", "files") == [(len(DOCS), len(DOCS))], shown
+    assert closing("chunk", "documents") == [(len(DOCS), len(DOCS))], shown
+    levels_built = _row_value(rows["communities"], "levels")
+    assert closing("communities (Leiden)", "levels") == [(levels_built, levels_built)], shown
     for noise in NOISE:
         assert noise not in err, f"{noise!r} in the output of index without --verbose"
     assert cli.table("documents").num_rows == len(DOCS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 import threading
+import time
 
 from corpusgraph import progress
 from corpusgraph.progress import Bar, format_duration
@@ -142,3 +143,69 @@ def test_log_lines_go_above_an_open_terminal_bar():
     before, line, after = text.partition("[corpusgraph] a log line\n")
     assert line and re.search(r"\r +\r$", before) and "3/10" in after
     assert text.endswith("[corpusgraph] after\n")
+
+
+def test_scan_rows_counts_the_pass_own_scans_and_not_delta_logs_nor_other_queries():
+    from corpusgraph.progress import scan_rows
+
+    ours = "corpusgraph chunk: documents"
+    data = [
+        ("Scan parquet ", "FileScan parquet [doc_id#1,text#2] Location: PreparedDeltaFileIndex(1 paths)[file:/w/docu...",
+         {"number of output rows": "12,345", "scan time": "total (min, med, max)\n3.0 s"}),
+        ("Scan parquet ", "FileScan parquet Location: DeltaLogFileIndex(1 paths)[file:/w/text_units/_delta_log/0...",
+         {"number of output rows": "900"}),
+        ("Scan ExistingRDD Delta Table State #0 - file:///w/text_units/_delta_log", "", {"number of output rows": "7"}),
+        ("Scan json ", "FileScan json", {"number of output rows": "50"}),
+        ("Scan parquet ", "a scan whose metrics are not in yet", {}),
+        ("Scan parquet ", "the same files in a second branch of the plan", {"number of output rows": "12,000"}),
+    ]
+    executions = [
+        (ours, data),
+        (ours, [("Scan parquet ", "a second query over the cached frame", {"number of output rows": "20"})]),
+        ("Delta: corpusgraph chunk: documents: Filtering files for query", data),
+        ("some other thread's query", [("Scan parquet ", "", {"number of output rows": "99,999"})]),
+    ]
+    assert scan_rows(executions, ours, "Scan parquet") == 12_345  # the largest scan of ours, not a sum
+    assert scan_rows(executions, ours, "Scan binaryFile") == 0
+    assert scan_rows([], ours, "Scan parquet") == 0
+
+
+def test_set_total_lowers_a_bound_and_keeps_the_rate():
+    bar, out, clock = _bar(4, interval=1000)
+    clock.t += 30
+    bar.set(2)
+    bar.set_total(bar.done)  # the hierarchy stopped at 2 of at most 4 levels
+    bar.close()
+    assert out.getvalue().strip() == "[corpusgraph] extract: 2/2 LLM calls (100%), 4.0 LLM calls/min, done in 30s"
+
+
+def test_ticking_prints_while_the_count_stands_still_and_closes_the_bar():
+    out = io.StringIO()
+    bar = Bar("communities (Leiden)", "levels", 4, stream=out, interactive=False, interval=0.05)
+    with progress.ticking(bar, every_s=0.01):
+        bar.set(1)
+        deadline = time.monotonic() + 5
+        while len(out.getvalue().splitlines()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3 and all(ln.startswith("[corpusgraph] communities (Leiden): 1/4 levels (25%)") for ln in lines)
+    assert "ETA" in lines[0] and "done in" in lines[-1]
+    failing = Bar("communities (Leiden)", "levels", 4, stream=out, interactive=False, interval=1000)
+    try:
+        with progress.ticking(failing):
+            raise RuntimeError("leiden failed")
+    except RuntimeError:
+        pass
+    assert out.getvalue().splitlines()[-1].endswith("stopped after 0s")
+
+
+def test_leiden_tells_the_levels_it_built():
+    import numpy as np
+
+    from corpusgraph.graph.leiden import hierarchical_leiden
+
+    rng = np.random.default_rng(0)
+    edges = rng.integers(0, 300, size=(1500, 2))
+    seen = []
+    r = hierarchical_leiden(300, edges, None, max_cluster_size=10, seed=1, max_levels=4, on_level=seen.append)
+    assert seen == list(range(1, r.levels + 1)) and 1 <= r.levels <= 4

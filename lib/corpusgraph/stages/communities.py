@@ -54,8 +54,10 @@ def _community_id(level: int, members: list[str]) -> str:
     return h.hexdigest()[:32]
 
 
-def detect(ids: list[str], a: np.ndarray, b: np.ndarray, w: np.ndarray, section: CommunitiesSection) -> pa.Table:
-    """Driver side: hierarchical Leiden over the encoded graph -> membership rows."""
+def detect(ids: list[str], a: np.ndarray, b: np.ndarray, w: np.ndarray, section: CommunitiesSection,
+           on_level=None) -> pa.Table:
+    """Driver side: hierarchical Leiden over the encoded graph -> membership rows. `on_level(n)`
+    is told the number of levels built so far, after each (the stage's progress bar)."""
     from ..graph.leiden import hierarchical_leiden
 
     edges = np.stack([a, b], axis=1).astype(np.int64) if len(a) else np.zeros((0, 2), dtype=np.int64)
@@ -67,7 +69,7 @@ def detect(ids: list[str], a: np.ndarray, b: np.ndarray, w: np.ndarray, section:
     result = hierarchical_leiden(
         len(ids), edges, np.asarray(w, dtype=np.float64), max_cluster_size=section.max_cluster_size,
         seed=section.seed, max_levels=section.max_levels, resolution=section.resolution,
-        engine=section.engine,
+        engine=section.engine, on_level=on_level,
     )
     cids: list[str] = []
     for c in result.communities:
