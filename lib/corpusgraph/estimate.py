@@ -484,8 +484,6 @@ def run_estimate(cfg: Config, spark, *, calibrate_n: int = 0, out_dir: str | Pat
     estimate.json and the chart."""
     from datetime import datetime, timezone
 
-    from pyspark.sql import Row
-
     from .delta_io import Warehouse
     from .pipeline import RunContext, run_index
 
@@ -513,18 +511,9 @@ def run_estimate(cfg: Config, spark, *, calibrate_n: int = 0, out_dir: str | Pat
     chart = write_chart(est, out / "estimate")
     ctx.log(f"estimate written to {out / 'estimate.json'} and {chart}")
     # One row in the real warehouse's `runs` table; nothing else there is touched.
-    wh = Warehouse(spark, cfg.storage.warehouse)
-    _ensure_table(spark, wh, "runs")
-    wh.merge("runs", spark.createDataFrame([Row(
+    Warehouse(spark, cfg.storage.warehouse).upsert_records("runs", [dict(
         run_id=ctx.run_id, kind="estimate", config_hash=cfg.fingerprint(), started=started,
-        finished=datetime.now(timezone.utc), status="ok", stage_counts=json.dumps(est.to_dict(), sort_keys=True))]))
+        finished=datetime.now(timezone.utc), status="ok", stage_counts=json.dumps(est.to_dict(), sort_keys=True))])
     return est, out
 
-
-def _ensure_table(spark, wh, name: str) -> None:
-    from delta.tables import DeltaTable
-
-    from .tables import spark_schema
-
-    DeltaTable.createIfNotExists(spark).location(wh.path(name)).addColumns(spark_schema(name)).execute()
 

@@ -114,10 +114,6 @@ def _record_run(ctx: RunContext, started: datetime, status: str) -> None:
     no answer for some requests (errors in any stage's usage) is "partial": a rerun pays only
     for those.
     """
-    from pyspark.sql import Row
-
-    from .tables import spark_schema
-
     if status == "ok" and any(r.usage is not None and r.usage.errors for r in ctx.results.values()):
         status = "partial"
     counts = {name: {**r.rows, "seconds": round(r.seconds, 2), "driver_collected_bytes": r.driver_collected_bytes}
@@ -125,15 +121,14 @@ def _record_run(ctx: RunContext, started: datetime, status: str) -> None:
     row = dict(run_id=ctx.run_id, kind=ctx.kind, config_hash=ctx.cfg.fingerprint(), started=started,
                finished=None if status == "running" else datetime.now(timezone.utc), status=status,
                stage_counts=json.dumps(counts, sort_keys=True))
-    ctx.wh.merge("runs", ctx.spark.createDataFrame([row], spark_schema("runs")))
+    ctx.wh.upsert_records("runs", [row])
     calls = [
-        Row(run_id=ctx.run_id, stage=name, calls=r.usage.calls, tokens_in=r.usage.tokens_in,
-            tokens_out=r.usage.tokens_out, cache_hits=r.usage.cache_hits, errors=r.usage.errors,
-            usd=float(r.usage.usd), seconds=float(r.seconds))
+        dict(run_id=ctx.run_id, stage=name, calls=r.usage.calls, tokens_in=r.usage.tokens_in,
+             tokens_out=r.usage.tokens_out, cache_hits=r.usage.cache_hits, errors=r.usage.errors,
+             usd=float(r.usage.usd), seconds=float(r.seconds))
         for name, r in ctx.results.items() if r.usage is not None
     ]
-    if calls:
-        ctx.wh.merge("llm_calls", ctx.spark.createDataFrame(calls))
+    ctx.wh.upsert_records("llm_calls", calls)
 
 
 def run_index(ctx: RunContext, stages: list[str] | None = None) -> dict[str, StageResult]:

@@ -1,0 +1,61 @@
+"""Warehouse: tables created and small records upserted by delta-rs on a local warehouse, then
+read and written by Spark (and the other way round), with the schemas of tables.py."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from corpusgraph.delta_io import Warehouse
+from corpusgraph.tables import TABLES, spark_schema
+
+pytestmark = pytest.mark.spark
+
+T0 = datetime(2026, 3, 1, 8, 30, tzinfo=timezone.utc)
+
+
+def _run(run_id: str, status: str, finished=None) -> dict:
+    return dict(run_id=run_id, kind="index", config_hash="c1", started=T0, finished=finished, status=status,
+                stage_counts="{}")
+
+
+def test_tables_made_by_delta_rs_have_the_declared_spark_schemas(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    wh = Warehouse(spark, str(tmp_path / "wh"))
+    wh.ensure_all()
+    for name in TABLES:
+        assert (tmp_path / "wh" / name / "_delta_log").is_dir(), name
+        assert wh.read(name).schema == spark_schema(name), name
+        assert wh.read(name).count() == 0
+    version = DeltaTable(wh.path("runs")).version()
+    wh.ensure_all()  # a second call changes nothing
+    assert DeltaTable(wh.path("runs")).version() == version
+
+
+def test_records_upsert_on_the_key_between_spark_writes(spark, tmp_path):
+    wh = Warehouse(spark, str(tmp_path / "wh"))
+    wh.ensure_all()
+    wh.upsert_records("runs", [_run("r1", "running")])
+    finished = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+    wh.upsert_records("runs", [_run("r1", "ok", finished)])  # the same key: updated, not added
+    # Spark merges into the same table, then delta-rs again: each sees the other's commits.
+    wh.merge("runs", spark.createDataFrame([tuple(_run("r2", "running").values())], spark_schema("runs")))
+    wh.upsert_records("runs", [_run("r3", "failed")])
+    rows = {r.run_id: r for r in wh.read("runs").collect()}
+    assert sorted(rows) == ["r1", "r2", "r3"]
+    assert (rows["r1"].status, rows["r2"].status, rows["r3"].status) == ("ok", "running", "failed")
+    # Spark returns session-local naive timestamps; compare the instants.
+    assert rows["r1"].finished.astimezone(timezone.utc) == finished and rows["r3"].finished is None
+
+    wh.upsert_records("llm_calls", [dict(run_id="r1", stage="extract", calls=3, tokens_in=120, usd=0.25)])
+    wh.upsert_records("llm_calls", [])  # nothing to write: no commit
+    (call,) = wh.read("llm_calls").collect()
+    assert (call.calls, call.tokens_in, call.usd, call.tokens_out) == (3, 120, 0.25, None)
+
+
+def test_a_record_with_a_column_the_table_lacks_is_refused(spark, tmp_path):
+    wh = Warehouse(spark, str(tmp_path / "wh"))
+    with pytest.raises(ValueError, match=r"lacks: \['cost'\]"):
+        wh.upsert_records("llm_calls", [dict(run_id="r1", stage="extract", cost=1.0)])
