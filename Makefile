@@ -66,12 +66,12 @@ test-spark: setup
 # Run by .ci/run: 11.5-17 minutes on a 2-core machine at load average 3-16 (faults.json). The
 # timeout is per test (the clean run counts with the first): 2.5x the slowest one seen.
 test-faults: setup
-	$(PYTEST) tests/ray/test_faults.py --timeout 900
+	$(PYTEST) tests/ray/test_faults.py -m slow --timeout 900
 
 # The distributed path: spark-submit against a standalone Spark master + worker and a Ray head +
 # worker started as separate processes on localhost; the tables must equal a local-mode run's.
 test-cluster: setup
-	$(PYTEST) tests/distributed --timeout 2400
+	$(PYTEST) tests/distributed -m slow --timeout 2400
 
 test-e2e: setup browser
 	$(PYTEST) tests -m "e2e or llm"
