@@ -16,7 +16,7 @@ from tests.spark.test_stages import _write_inputs
 
 pytestmark = pytest.mark.spark
 
-DOCS = 3_000  # six tasks of 500 documents on two cores: the count moves between their waves
+DOCS = 15_000  # six tasks of 2,500 documents on two cores: waves of seconds each even on an idle machine (3,000 took 2 s in all there and showed no mid-run value)
 
 
 @pytest.fixture
