@@ -31,17 +31,15 @@ class Warehouse:
         does, through the Hadoop filesystem the cluster configured.
         """
         for name in names or TABLES:
-            if self.local and (Path(self.path(name)) / "_delta_log").is_dir():
-                continue  # already a Delta table: nothing to do
-            if self.local:
-                from deltalake import DeltaTable as RsTable
-
-                RsTable.create(self.path(name), schema=table(name).schema, mode="ignore")
-            else:
+            if not self.local:
                 from delta.tables import DeltaTable
 
                 DeltaTable.createIfNotExists(self.spark).location(self.path(name)).addColumns(
                     spark_schema(name)).execute()
+            elif not (Path(self.path(name)) / "_delta_log").is_dir():  # not yet a Delta table
+                from deltalake import DeltaTable as RsTable
+
+                RsTable.create(self.path(name), schema=table(name).schema, mode="ignore")
 
     def read(self, name: str):
         return self.spark.read.format("delta").load(self.path(name))

@@ -332,7 +332,7 @@ def scan_rows(executions, description: str, source: str) -> int:
             continue
         for name, node_desc, metrics in nodes:
             text = f"{name} {node_desc}"
-            if not name.strip() == source or any(m in text for m in ("_delta_log", "DeltaLogFileIndex", "Delta Table State")):
+            if name.strip() != source or any(m in text for m in ("_delta_log", "DeltaLogFileIndex", "Delta Table State")):
                 continue
             best = max(best, _metric_int(metrics.get("number of output rows", "")) or 0)
     return best
@@ -353,7 +353,6 @@ class _SqlExecutions:
         self._next = int(last.apply(0).executionId()) + 1 if count and last.size() else 0
         self._seen: dict[int, tuple[str, list]] = {}  # id -> (description, nodes) once completed
         self._running: dict[int, None] = {}  # ids to look at again
-        self.pending = 0  # finished executions whose final metrics are not aggregated yet
 
     def _find_new(self) -> None:
         misses = 0
@@ -407,17 +406,14 @@ class _SqlExecutions:
         if aggregated:
             self._seen[eid] = entry
             del self._running[eid]
-        elif final:
-            self.pending += 1
         return entry
 
     def read(self, description: str) -> list[tuple[str, list]]:
         """(description, scan nodes) of the block's executions described `description`. A finished
         one is kept only once Spark has aggregated its final metrics (it does that asynchronously
-        after the end event; until then `pending` counts it)."""
+        after the end event; until then it is read again each time)."""
         self._find_new()
         out = [v for v in self._seen.values() if v[0] == description]
-        self.pending = 0
         for eid in list(self._running):
             try:
                 entry = self._read_one(eid, description)

@@ -27,20 +27,16 @@ def log(monkeypatch):
 
 
 def _ctx(spark, tmp_path, inputs, tables):
-    """A run context whose warehouse has only `tables` (creating all of them costs half a minute here)."""
-    from delta.tables import DeltaTable
-
+    """A run context whose warehouse has only `tables` (Warehouse.ensure_all)."""
     from corpusgraph.config import load_config
     from corpusgraph.pipeline import RunContext
-    from corpusgraph.tables import spark_schema
     from tests.conftest import REPO
 
     cfg = load_config(REPO / "conf" / "local.yaml", {"storage.warehouse": str(tmp_path / "wh"),
                                                      "storage.cache_dir": str(tmp_path / "cache")})
     cfg.ingest.inputs = [str(p) for p in inputs]
     ctx = RunContext(cfg, spark)
-    for name in tables:
-        DeltaTable.createIfNotExists(spark).location(ctx.wh.path(name)).addColumns(spark_schema(name)).execute()
+    ctx.wh.ensure_all(tables)
     return ctx
 
 
@@ -61,7 +57,7 @@ def test_chunk_shows_documents_read_mid_task_with_rate_and_eta_and_ends_at_the_d
     from corpusgraph.config import ChunkSection
     from corpusgraph.delta_io import Warehouse
 
-    # Only the two tables chunk uses (creating every table of a warehouse costs half a minute here).
+    # Only what chunk reads: its settings and the documents table (written below).
     ctx = SimpleNamespace(spark=spark, wh=Warehouse(spark, str(tmp_path / "wh")), cfg=SimpleNamespace(chunk=ChunkSection()))
     text = F.concat(F.lit("Castor Haulage moved crate "), F.col("id").cast("string"),
                     F.lit(" from the Lisbon hub to Porto; the night shift signed for it. " * 6))
