@@ -1,0 +1,58 @@
+"""Where a stage or a command sends its chat requests: one context manager for every caller.
+
+With `llm.backend: embedded` the endpoint is the bundled model served on localhost, started on
+first use (a run with nothing to send never pays the start-up) and stopped on exit; with any
+other backend it is `llm.api_base` and nothing is started.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from corpusgraph.config import LLMSection
+
+__all__ = ["ChatEndpoint"]
+
+
+class ChatEndpoint:
+    """`with ChatEndpoint(cfg.llm, log_path) as ep: ep.url()`.
+
+    url() returns the base URL the OpenAI-compatible clients call. `log` is told when the
+    embedded server starts, since that takes seconds and a person watching should know why.
+    """
+
+    def __init__(self, llm: LLMSection, log_path: str | Path, log: Callable[[str], None] | None = None) -> None:
+        self.llm = llm
+        self.log_path = Path(log_path)
+        self._log = log
+        self._server = None
+
+    def url(self) -> str | None:
+        if self.llm.backend != "embedded":
+            return self.llm.api_base
+        if self._server is None:
+            from .server import EmbeddedServer
+
+            if self._log is not None:
+                self._log(f"starting the embedded model server ({self.llm.model}, CPU)")
+            server = EmbeddedServer(n_ctx=self.llm.n_ctx, model_alias=self.llm.model, log_path=self.log_path)
+            server.start()
+            self._server = server
+        return self._server.base_url
+
+    @property
+    def started(self) -> bool:
+        """Whether this endpoint started a model server (and so has one to stop)."""
+        return self._server is not None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> "ChatEndpoint":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
