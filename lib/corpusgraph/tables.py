@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["Table", "TABLES", "table", "spark_schema", "table_path"]
+__all__ = ["Table", "TABLES", "table", "spark_schema", "spark_struct", "table_path"]
 
 _TS = pa.timestamp("us", tz="UTC")
 _STR_LIST = pa.list_(pa.string())
@@ -197,8 +197,14 @@ def _spark_type(t: pa.DataType):
     raise TypeError(f"no Spark type for {t}")
 
 
-def spark_schema(name: str):
-    """The Spark StructType of a table (imports pyspark lazily; the service never calls this)."""
+def spark_struct(schema: pa.Schema):
+    """The Spark StructType of any Arrow schema: the one Arrow-to-Spark conversion, used for the
+    tables and for the intermediate schemas that stages hand to mapInArrow (imports pyspark lazily)."""
     from pyspark.sql import types as T
 
-    return T.StructType([T.StructField(f.name, _spark_type(f.type), True) for f in table(name).schema])
+    return T.StructType([T.StructField(f.name, _spark_type(f.type), True) for f in schema])
+
+
+def spark_schema(name: str):
+    """The Spark StructType of a table (the service never calls this)."""
+    return spark_struct(table(name).schema)
