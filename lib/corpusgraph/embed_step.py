@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from pyspark.sql import functions as F
 
-from .pipeline import RunContext, StageResult
+from .run import RunContext, StageResult
 from .progress import Work
 from .ray_runner import run_embed_task
 from .stages import embed as embed_stage

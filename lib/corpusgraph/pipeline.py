@@ -1,4 +1,4 @@
-"""The ordered stage registry, the run context, and run_index().
+"""The ordered stage registry and run_index(); the run context and stage result live in run.py.
 
 A stage step (steps.py) reads its inputs from Delta, calls the pure transforms of stages/,
 and writes its outputs; this module times it, accounts for its LLM use, records the run in
@@ -8,80 +8,17 @@ and writes its outputs; this module times it, accounts for its LLM use, records 
 from __future__ import annotations
 
 import json
-import secrets
-import sys
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable
 
-from .config import Config
-from .delta_io import Warehouse
-from .llm.base import Usage
 from .diskfull import explain_disk_full
-from . import progress
+from .llm.base import Usage
 from .progress import spark_tasks
+from .run import RunContext, StageResult
 from .runlock import holding_run_lock
 
 __all__ = ["STAGES", "RunContext", "StageResult", "run_index", "run_steps", "format_summary"]
-
-
-@dataclass
-class StageResult:
-    rows: dict[str, int] = field(default_factory=dict)
-    usage: Usage | None = None  # None for stages that make no LLM call
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    # Bytes this stage brought into the driver process (collected rows, Parquet read back for
-    # accounting or for the FAISS build); small per-stage counts and aggregates are not counted.
-    driver_collected_bytes: int = 0
-
-
-class RunContext:
-    """What every step gets: config, Spark, the warehouse, and the LLM endpoint (started lazily)."""
-
-    def __init__(self, cfg: Config, spark, *, kind: str = "index", out: TextIO = sys.stderr):
-        self.cfg, self.spark, self.kind, self.out = cfg, spark, kind, out
-        self.wh = Warehouse(spark, cfg.storage.warehouse)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-        self.run_id = f"{kind}-{stamp}-{secrets.token_hex(3)}"
-        self.cache_dir = Path(cfg.storage.cache_dir).resolve()
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        self.results: dict[str, StageResult] = {}
-        self.collected_bytes = 0  # brought to the driver by the running stage (see note_collected)
-        self._server = None
-
-    def note_collected(self, nbytes: int) -> None:
-        """Count bytes a step brought into the driver process; run_steps puts the stage's total
-        in StageResult.driver_collected_bytes."""
-        self.collected_bytes += int(nbytes)
-
-    def handoff(self, stage: str, part: str) -> str:
-        """A fresh folder for Spark <-> Ray exchange files of this run."""
-        return str(self.cache_dir / "handoff" / self.run_id / stage / part)
-
-    def llm_base_url(self) -> str | None:
-        """The endpoint LLM workers call; the embedded server starts on first use only, so a run
-        with nothing to send never starts it."""
-        if self.cfg.llm.backend != "embedded":
-            return self.cfg.llm.api_base
-        if self._server is None:
-            from .llm.server import EmbeddedServer
-
-            self.log(f"starting the embedded model server ({self.cfg.llm.model}, CPU)")
-            self._server = EmbeddedServer(n_ctx=self.cfg.llm.n_ctx, model_alias=self.cfg.llm.model,
-                                          log_path=self.cache_dir / "embedded-server.log")
-            self._server.start()
-        return self._server.base_url
-
-    def log(self, msg: str) -> None:
-        progress.write(f"[corpusgraph] {msg}", self.out)  # above a terminal's progress bar, if one is open
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
 
 
 def _registry() -> dict[str, Callable[[RunContext], StageResult]]:

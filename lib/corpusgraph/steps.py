@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from .embed_step import embed
 from . import progress
-from .pipeline import RunContext, StageResult
+from .run import RunContext, StageResult
 from .progress import Work
 from .prompts import load_prompt
 from .ray_runner import output_usage, run_llm_task

@@ -145,7 +145,7 @@ def model_server(log: Path) -> EmbeddedServer:
 
 
 class _Proxied:
-    """Stands where RunContext keeps its embedded server: the same kind of server, started by
+    """Stands where the run's ChatEndpoint keeps its embedded server: the same kind of server, started by
     this benchmark, reached through the counting proxy; stopping it is left to its owner."""
 
     def __init__(self, base_url: str):
@@ -174,7 +174,7 @@ def run_ours(spark, root: Path, docs: list[dict]) -> dict:
             })
             assert cfg.llm.backend == "embedded"
             ctx = RunContext(cfg, spark)
-            ctx._server = _Proxied(proxy.base_url)  # what RunContext.llm_base_url() hands the workers
+            ctx.endpoint._server = _Proxied(proxy.base_url)  # what the run's ChatEndpoint hands the workers
             t0 = time.monotonic()
             run_index(ctx, ["ingest", "chunk", "extract"])
             wall = time.monotonic() - t0

@@ -40,7 +40,7 @@ def test_fast_extraction_feeds_resolve_with_no_llm(spark, tmp_path):
     types = {e["type"] for r in rows for e in r["entities"]}
     assert types and types <= set(cfg.extract.entity_types)
     assert sum(len(r["relationships"]) for r in rows) > n_units  # co-occurrence gives several per unit
-    assert ctx._server is None  # the embedded model server was never started
+    assert not ctx.endpoint.started  # the embedded model server was never started
 
     again = steps.extract(ctx)
     assert again.rows["sent"] == 0 and ctx.wh.read("extractions").count() == n_units
