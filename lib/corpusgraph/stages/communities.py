@@ -14,7 +14,8 @@ import pyarrow as pa
 
 from ..config import CommunitiesSection
 
-__all__ = ["encode_graph", "detect", "communities_from_membership", "MEMBERSHIP_SCHEMA"]
+__all__ = ["encode_graph", "detect", "membership_table", "kept_membership", "communities_from_membership",
+           "MEMBERSHIP_SCHEMA"]
 
 MEMBERSHIP_SCHEMA = pa.schema(
     [
@@ -71,20 +72,46 @@ def detect(ids: list[str], a: np.ndarray, b: np.ndarray, w: np.ndarray, section:
         seed=section.seed, max_levels=section.max_levels, resolution=section.resolution,
         engine=section.engine, on_level=on_level,
     )
-    cids: list[str] = []
+    groups = []
     for c in result.communities:
-        cids.append(_community_id(c.level, [ids[i] for i in c.nodes]))
+        members = [ids[int(i)] for i in c.nodes]
+        groups.append((c.level, members, c.parent, version, float(result.modularity.get(c.level, float("nan")))))
+    return membership_table(groups)
+
+
+def membership_table(groups) -> pa.Table:
+    """Membership rows of communities given as (level, member ids, index of the parent among
+    `groups` or None, graph version, modularity), parents before their children; a community's
+    id is the hash of its level and members, so an unchanged community keeps its id."""
+    cids: list[str] = []
     rows: dict[str, list] = {f.name: [] for f in MEMBERSHIP_SCHEMA}
-    for c, cid in zip(result.communities, cids):
-        parent = cids[c.parent] if c.parent is not None else None
-        for i in c.nodes:
-            rows["community_id"].append(cid)
-            rows["level"].append(c.level)
-            rows["parent_id"].append(parent)
-            rows["entity_id"].append(ids[int(i)])
+    for level, members, parent, version, q in groups:
+        cids.append(_community_id(level, members))
+        for e in members:
+            rows["community_id"].append(cids[-1])
+            rows["level"].append(level)
+            rows["parent_id"].append(cids[parent] if parent is not None else None)
+            rows["entity_id"].append(e)
             rows["graph_version"].append(version)
-            rows["modularity"].append(float(result.modularity.get(c.level, float("nan"))))
+            rows["modularity"].append(q)
     return pa.table(rows, schema=MEMBERSHIP_SCHEMA)
+
+
+def kept_membership(ids: list[str], labels: list[np.ndarray], parents: list[np.ndarray],
+                    versions: dict[int, str], recorded: dict[int, float]) -> pa.Table:
+    """Membership rows of a hierarchy kept by an update (graph/extend.py): labels[L][i] is node
+    i's slot at level L, parents[L][k] the level L-1 slot of level-L slot k; each level keeps the
+    graph version and modularity recorded when it was detected."""
+    groups, index_of = [], {}
+    for lv, lab in enumerate(labels):
+        order = np.argsort(lab, kind="stable")
+        sorted_lab = lab[order]
+        for k in np.unique(sorted_lab[sorted_lab >= 0]):
+            parent = index_of.get((lv - 1, int(parents[lv][k]))) if lv else None
+            index_of[(lv, int(k))] = len(groups)
+            groups.append((lv, sorted(ids[i] for i in order[sorted_lab == k]), parent, versions.get(lv, ""),
+                           recorded.get(lv, float("nan"))))
+    return membership_table(groups)
 
 
 def communities_from_membership(membership, entities, relationships):
