@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from .tables import TABLES, spark_schema, table, table_path
 
@@ -55,8 +56,13 @@ class Warehouse:
             raise ValueError(f"output for table {name!r} lacks columns {missing}; it has {df.columns}")
         return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema])
 
-    def overwrite(self, name: str, df) -> None:
-        self.conform(name, df).write.format("delta").mode("overwrite").save(self.path(name))
+    def overwrite(self, name: str, df, *, replace_schema: bool = False) -> None:
+        """replace_schema: the table takes the declared schema even where its stored one differs
+        (a warehouse made before a column was added to the table's contract)."""
+        writer = self.conform(name, df).write.format("delta").mode("overwrite")
+        if replace_schema:
+            writer = writer.option("overwriteSchema", "true")
+        writer.save(self.path(name))
 
     def append(self, name: str, df) -> None:
         self.conform(name, df).write.format("delta").mode("append").save(self.path(name))
@@ -109,10 +115,19 @@ class Warehouse:
                                          source_alias="s", target_alias="t")
          .when_matched_update_all().when_not_matched_insert_all().execute())
 
-    def delete_where_missing(self, name: str, keys_df, key: str) -> None:
-        """Delete rows whose `key` is not among keys_df[key] (e.g. reports of vanished communities)."""
+    def delete_where_missing(self, name: str, keys_df, key: str | Sequence[str]) -> None:
+        """Delete rows whose key (one column or several) is not among keys_df's (e.g. reports of
+        vanished communities, vectors of items that no longer exist)."""
+        keys = [key] if isinstance(key, str) else list(key)
+        self._merge_on(name, keys_df.select(*keys).distinct(), keys).whenNotMatchedBySourceDelete().execute()
+
+    def delete_matching(self, name: str, keys_df, key: str | Sequence[str]) -> None:
+        """Delete rows whose key is among keys_df's (e.g. the text units of deleted documents)."""
+        keys = [key] if isinstance(key, str) else list(key)
+        self._merge_on(name, keys_df.select(*keys), keys).whenMatchedDelete().execute()
+
+    def _merge_on(self, name: str, source, keys: list[str]):
         from delta.tables import DeltaTable
 
-        (DeltaTable.forPath(self.spark, self.path(name)).alias("t")
-         .merge(keys_df.select(key).distinct().alias("s"), f"t.`{key}` = s.`{key}`")
-         .whenNotMatchedBySourceDelete().execute())
+        cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        return DeltaTable.forPath(self.spark, self.path(name)).alias("t").merge(source.alias("s"), cond)

@@ -109,8 +109,6 @@ def _embed_pending(ctx: RunContext, pending) -> tuple[int, StageResult]:
 
 
 def embed(ctx: RunContext) -> StageResult:
-    from delta.tables import DeltaTable
-
     from .query.ann import IndexParams
     from .ray_runner import init_ray
 
@@ -120,9 +118,7 @@ def embed(ctx: RunContext) -> StageResult:
     pending = embed_stage.pending_items(items, ctx.wh.read("embeddings"), sec.model)
     n, result = _embed_pending(ctx, pending)
     # Drop vectors of things that no longer exist, then rebuild the FAISS files from the table.
-    (DeltaTable.forPath(ctx.spark, ctx.wh.path("embeddings")).alias("t")
-     .merge(items.select("kind", "id").alias("s"), "t.kind = s.kind AND t.id = s.id")
-     .whenNotMatchedBySourceDelete().execute())
+    ctx.wh.delete_where_missing("embeddings", items, ["kind", "id"])
     params = IndexParams.from_section(sec)
     mine = ctx.wh.read("embeddings").where(F.col("model") == sec.model)
     stats = mine.groupBy("kind").agg(F.min(F.size("vector")).alias("lo"), F.max(F.size("vector")).alias("hi")).collect()

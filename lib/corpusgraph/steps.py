@@ -22,7 +22,7 @@ from .stages import extract_fast as extract_fast_stage
 from .stages import ingest as ingest_stage
 from .stages import reports as report_stage
 from .stages import resolve as resolve_stage
-from .tables import spark_schema
+from .tables import spark_schema, spark_struct
 
 __all__ = ["NoDocumentsError", "ingest", "chunk", "extract", "resolve", "communities", "reports", "embed", "extract_identity"]
 
@@ -54,9 +54,9 @@ def _read_inputs(ctx: RunContext):
         listed_others = others
         good, refused = ingest_pq.probe_footers(parquet)
         if refused:
-            ddl = ", ".join(f"{f.name} string" for f in ingest_stage.PARSED_SCHEMA)
             parts.append(spark.createDataFrame(
-                [tuple(r.get(f.name) for f in ingest_stage.PARSED_SCHEMA) for r in refused], ddl))
+                [tuple(r.get(f.name) for f in ingest_stage.PARSED_SCHEMA) for r in refused],
+                spark_struct(ingest_stage.PARSED_SCHEMA)))
         if good:
             rows = spark.read.option("mergeSchema", "true").parquet(*good).select(
                 "*", F.col("_metadata.file_path").alias(ingest_pq.PATH_COL),
@@ -350,9 +350,8 @@ def resolve(ctx: RunContext) -> StageResult:
                                       resolve_stage.long_descriptions(resolved, sec), "summarise")
         summaries = out.where(F.col("status") == "ok") if out is not None else None
     ctx.wh.overwrite("entities", resolve_stage.entities(resolved, rels, sec, summaries))
-    aliases = ctx.wh.conform("entity_aliases", resolve_stage.entity_aliases(ments, mapping))
-    # overwriteSchema: a warehouse made before entity_aliases had its decision columns takes them.
-    aliases.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(ctx.wh.path("entity_aliases"))
+    # A warehouse made before entity_aliases had its decision columns takes them here.
+    ctx.wh.overwrite("entity_aliases", resolve_stage.entity_aliases(ments, mapping), replace_schema=True)
     ctx.wh.overwrite("claims", resolve_stage.claims(live, sec, mapping))
     if pairs_table is not None:  # every read of the stored pairs is behind; now this run's pairs replace them
         ctx.wh.overwrite("resolve_pairs", pairs_table)

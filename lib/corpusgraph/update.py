@@ -50,7 +50,6 @@ __all__ = ["run_update", "chunk", "communities", "extend_partition", "modularity
 # -- chunk: only what changed ---------------------------------------------------------------------
 
 def chunk(ctx: RunContext) -> StageResult:
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from .stages import chunk as chunk_stage
@@ -67,8 +66,7 @@ def chunk(ctx: RunContext) -> StageResult:
     changed = new_docs.select("source_uri").distinct().join(gone_docs.select("source_uri"), "source_uri", "left_semi").count()
     n_new_docs, n_gone_docs, n_dead = new_docs.count(), gone_docs.count(), dead.count()
     if n_dead:
-        (DeltaTable.forPath(ctx.spark, ctx.wh.path("text_units")).alias("t")
-         .merge(dead.alias("s"), "t.unit_id = s.unit_id").whenMatchedDelete().execute())
+        ctx.wh.delete_matching("text_units", dead, "unit_id")
     n_added = 0
     if n_new_docs:
         added_path = ctx.handoff("chunk", "added-units")
