@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 from pyspark.sql import functions as F
 
-from .run import RunContext, StageResult
+from .config import EmbeddingSection, RaySection, StorageSection
+from .handoff import save
+from .run import StageContext, StageResult
 from .progress import Work
 from .ray_runner import run_embed_task
 from .stages import embed as embed_stage
@@ -73,23 +75,21 @@ def read_vectors(path: str) -> tuple[list[str], np.ndarray, int]:
     return ids, matrix, nbytes
 
 
-def _embed_pending(ctx: RunContext, pending) -> tuple[int, StageResult]:
+def _embed_pending(st: StageContext, pending, sec: EmbeddingSection, ray: RaySection) -> tuple[int, StageResult]:
     """Send the pending items to Ray and merge what came back; (items sent, partial result)."""
     from .llm.base import Usage
 
-    sec = ctx.cfg.embeddings
-    in_path, out_path = ctx.handoff("embed", "in"), ctx.handoff("embed", "out")
-    pending.write.mode("overwrite").parquet(in_path)
-    n = ctx.spark.read.parquet(in_path).count()
+    n = save(st, pending, "in").count()
     result = StageResult()
     if not n:
         return 0, result
-    ctx.log(f"  embed: {n} items to {sec.model} ({sec.backend})")
-    run_embed_task(in_path, out_path, ray_section=ctx.cfg.ray, embedding=sec, cache_dir=str(ctx.cache_dir),
+    st.log(f"  embed: {n} items to {sec.model} ({sec.backend})")
+    out_path = st.handoff("out")
+    run_embed_task(st.handoff("in"), out_path, ray_section=ray, embedding=sec, cache_dir=str(st.cache_dir),
                    work=Work("embed", "vectors", n))
-    out = ctx.spark.read.parquet(out_path)
+    out = st.spark.read.parquet(out_path)
     cols = [f.name for f in spark_schema("embeddings").fields]
-    ctx.wh.merge("embeddings", out.where(F.col("error").isNull()).select(*cols))
+    st.tables.merge("embeddings", out.where(F.col("error").isNull()).select(*cols))
     as_int = lambda c: F.sum(F.col(c).cast("long"))  # noqa: E731
     stats = out.agg(as_int("emb_calls").alias("requests"), as_int("emb_failed_request").alias("failed_requests"),
                     F.sum("emb_tokens").alias("tokens"), as_int("emb_cached").alias("cached"),
@@ -108,29 +108,29 @@ def _embed_pending(ctx: RunContext, pending) -> tuple[int, StageResult]:
     return n, result
 
 
-def embed(ctx: RunContext) -> StageResult:
+def embed(st: StageContext, *, embeddings: EmbeddingSection, ray: RaySection, storage: StorageSection) -> StageResult:
     from .query.ann import IndexParams
     from .ray_runner import init_ray
 
-    sec = ctx.cfg.embeddings
-    items = embed_stage.embedding_items(ctx.wh.read("text_units"), ctx.wh.read("entities"),
-                                        ctx.wh.read("community_reports"), ctx.wh.read("documents"))
-    pending = embed_stage.pending_items(items, ctx.wh.read("embeddings"), sec.model)
-    n, result = _embed_pending(ctx, pending)
+    sec, read = embeddings, st.tables.read
+    items = embed_stage.embedding_items(read("text_units"), read("entities"), read("community_reports"),
+                                        read("documents"))
+    pending = embed_stage.pending_items(items, read("embeddings"), sec.model)
+    n, result = _embed_pending(st, pending, sec, ray)
     # Drop vectors of things that no longer exist, then rebuild the FAISS files from the table.
-    ctx.wh.delete_where_missing("embeddings", items, ["kind", "id"])
+    st.tables.delete_where_missing("embeddings", items, ["kind", "id"])
     params = IndexParams.from_section(sec)
-    mine = ctx.wh.read("embeddings").where(F.col("model") == sec.model)
+    mine = read("embeddings").where(F.col("model") == sec.model)
     stats = mine.groupBy("kind").agg(F.min(F.size("vector")).alias("lo"), F.max(F.size("vector")).alias("hi")).collect()
     sizes = {r["lo"] for r in stats} | {r["hi"] for r in stats}
     if len(sizes) > 1:
         raise _mixed_dimensions(repr(sec.model), sizes)
     # An empty kind still gets files (the service loads every kind); its dim is the others'.
     dim = sizes.pop() if sizes else (384 if sec.backend == "bundled" else 1)
-    index_dir = str(Path(ctx.cfg.storage.index_dir).resolve())
-    init_ray(ctx.cfg.ray)
+    index_dir = str(Path(storage.index_dir).resolve())
+    init_ray(ray)
     for kind in embed_stage.KINDS:
-        path = ctx.handoff("embed", f"vectors-{kind}")
+        path = st.handoff(f"vectors-{kind}")
         (mine.where(F.col("kind") == kind).orderBy("id").select("id", "vector").write.mode("overwrite").parquet(path))
         built = _remote_build(path, index_dir, kind, sec.model, params, dim)
         info = built["index"]
@@ -138,7 +138,7 @@ def embed(ctx: RunContext) -> StageResult:
         result.notes.append(f"{kind}: {built['count']} vectors of {built['dim']} dimensions, {info['type']} index"
                             + (f" {info['params']}, recall@10 {info['recall_at_10']:.3f} on "
                                f"{info['recall_queries']} stored vectors" if info.get("recall_measured") else ""))
-        ctx.log(f"  {kind}: index built off the driver from {built['read_mb']:.1f} MB of vectors")
+        st.log(f"  {kind}: index built off the driver from {built['read_mb']:.1f} MB of vectors")
     result.rows = {"embedded_now": n, **result.rows}
     return result
 

@@ -1,8 +1,9 @@
-"""The ordered stage registry and run_index(); the run context and stage result live in run.py.
+"""The runner: a named pipeline of the registry (registry.py), stage by stage, recorded.
 
 A stage step (steps.py) reads its inputs from Delta, calls the pure transforms of stages/,
-and writes its outputs; this module times it, accounts for its LLM use, records the run in
-`runs` and `llm_calls`, and prints a summary at the end.
+and writes its outputs; this module hands it its tables and config sections, times it,
+accounts for its LLM use, records the run in `runs` and `llm_calls`, and prints a summary at
+the end. The run context and stage result live in run.py and are importable from here.
 """
 
 from __future__ import annotations
@@ -10,37 +11,17 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime, timezone
-from typing import Callable
 
 from .diskfull import explain_disk_full
 from .llm.base import Usage
 from .progress import spark_tasks
+from . import registry
+from .registry import PIPELINES, STAGES, Stage
 from .run import RunContext, StageResult
 from .runlock import holding_run_lock
 
-__all__ = ["STAGES", "RunContext", "StageResult", "run_index", "run_steps", "format_summary"]
-
-
-def _registry() -> dict[str, Callable[[RunContext], StageResult]]:
-    from . import steps
-
-    # One explicit, ordered list; a duplicate name is a bug and fails loudly.
-    ordered = [
-        ("ingest", steps.ingest),
-        ("chunk", steps.chunk),
-        ("extract", steps.extract),
-        ("resolve", steps.resolve),
-        ("communities", steps.communities),
-        ("reports", steps.reports),
-        ("embed", steps.embed),
-    ]
-    names = [n for n, _ in ordered]
-    if len(set(names)) != len(names):
-        raise RuntimeError(f"duplicate stage names in {names}")
-    return dict(ordered)
-
-
-STAGES: tuple[str, ...] = ("ingest", "chunk", "extract", "resolve", "communities", "reports", "embed")
+__all__ = ["STAGES", "PIPELINES", "RunContext", "StageResult", "Stage", "run_pipeline", "run_index", "run_stage",
+           "run_steps", "format_summary"]
 
 
 def _record_run(ctx: RunContext, started: datetime, status: str) -> None:
@@ -68,37 +49,52 @@ def _record_run(ctx: RunContext, started: datetime, status: str) -> None:
     ctx.wh.upsert_records("llm_calls", calls)
 
 
+def run_pipeline(ctx: RunContext, name: str, only: list[str] | None = None) -> dict[str, StageResult]:
+    """Run the named pipeline of the registry (all its stages, or those `only` names, in the
+    pipeline's order) and record the run."""
+    chosen = registry.pipeline(name)
+    if only:
+        known = [s.recorded_as for s in chosen]
+        unknown = [s for s in only if s not in known]
+        if unknown:
+            raise ValueError(f"unknown stages {unknown}; known: {known}")
+        chosen = [s for s in chosen if s.recorded_as in only]
+    return run_steps(ctx, chosen)
+
+
 def run_index(ctx: RunContext, stages: list[str] | None = None) -> dict[str, StageResult]:
-    """Run the stages in registry order (all, or the named subset) and record the run."""
-    registry = _registry()
-    if list(registry) != list(STAGES):
-        raise RuntimeError("STAGES and the registry disagree")
-    chosen = stages or list(STAGES)
-    unknown = [s for s in chosen if s not in registry]
-    if unknown:
-        raise ValueError(f"unknown stages {unknown}; known: {list(STAGES)}")
-    return run_steps(ctx, [(s, registry[s]) for s in STAGES if s in chosen])
+    """Pipeline `index` (all stages, or the named subset, in registry order)."""
+    return run_pipeline(ctx, "index", stages)
+
+
+def run_stage(ctx: RunContext, name: str) -> StageResult:
+    """One registry stage by name, outside any recorded run (tests, tools): the same StageContext
+    and sections the runner would hand it; its result is not added to ctx.results."""
+    return _call(ctx, registry.stages()[name])
+
+
+def _call(ctx: RunContext, stage: Stage) -> StageResult:
+    sc = ctx.stage(stage.recorded_as, reads=stage.reads, writes=stage.writes)
+    return stage.step(sc, **{s: getattr(ctx.cfg, s) for s in stage.sections})
 
 
 @holding_run_lock  # one run at a time per warehouse; a second refuses naming the first (runlock.py)
 @explain_disk_full  # ENOSPC from Python or the JVM: one DiskFullError naming the full folder (diskfull.py)
-def run_steps(ctx: RunContext, ordered: list[tuple[str, Callable[[RunContext], StageResult]]]) -> dict[str, StageResult]:
-    """Run named steps in the given order, time and log them, and record the run (runs, llm_calls).
-
-    run_index passes registry stages; update.py passes its own sequence (incremental chunk and
-    communities around the same LLM steps), so both kinds of run are recorded the same way.
-    """
+def run_steps(ctx: RunContext, ordered: list[Stage]) -> dict[str, StageResult]:
+    """Run stages in the given order, time and log them, and record the run (runs, llm_calls)
+    under each stage's recorded name."""
     started = datetime.now(timezone.utc)
     ctx.wh.ensure_all()
     _record_run(ctx, started, "running")
     status = "failed"
     try:
-        for i, (name, step) in enumerate(ordered, start=1):
+        for i, stage in enumerate(ordered, start=1):
+            name = stage.recorded_as
             ctx.log(f"stage {i}/{len(ordered)}: {name}")
             t0 = time.perf_counter()
             ctx.collected_bytes = 0
             with spark_tasks(ctx.spark, name):  # the stage's Spark jobs, between its driver-fed bars
-                result = step(ctx)
+                result = _call(ctx, stage)
             result.seconds = time.perf_counter() - t0
             result.driver_collected_bytes += ctx.collected_bytes
             if result.usage is not None:

@@ -1,5 +1,5 @@
-"""One run of a pipeline: its context (config, Spark, warehouse, chat endpoint, run id) and what
-a stage returns (StageResult)."""
+"""One run of a pipeline: its context (config, Spark, warehouse, chat endpoint, run id), what one
+stage is handed (StageContext), and what a stage returns (StageResult)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, Mapping, TextIO
 
 from . import progress
 from .config import Config
@@ -16,7 +16,7 @@ from .delta_io import Warehouse
 from .llm.base import Usage
 from .llm.chat_endpoint import ChatEndpoint
 
-__all__ = ["RunContext", "StageResult"]
+__all__ = ["RunContext", "StageContext", "StageResult", "StageTables"]
 
 
 @dataclass
@@ -32,7 +32,9 @@ class StageResult:
 
 class RunContext:
     """One run: config, Spark, the warehouse, the run's id and hand-off folders, the chat endpoint
-    (its embedded server started on first use), and the results of the stages run so far."""
+    (its embedded server started on first use), and the results of the stages run so far.
+
+    The runner hands each stage a StageContext cut from it (`stage`), not the run itself."""
 
     def __init__(self, cfg: Config, spark, *, kind: str = "index", out: TextIO = sys.stderr):
         self.cfg, self.spark, self.kind, self.out = cfg, spark, kind, out
@@ -44,6 +46,9 @@ class RunContext:
         self.results: dict[str, StageResult] = {}
         self.collected_bytes = 0  # brought to the driver by the running stage (see note_collected)
         self.endpoint = ChatEndpoint(cfg.llm, self.cache_dir / "embedded-server.log", log=self.log)
+        # Callables a stage needs from outside the registry's import reach, by name (update's
+        # cost step: "price_rebuild", given by update.run_update).
+        self.services: dict[str, Callable] = {}
 
     def note_collected(self, nbytes: int) -> None:
         """Count bytes a step brought into the driver process; the runner puts the stage's total
@@ -63,3 +68,75 @@ class RunContext:
 
     def close(self) -> None:
         self.endpoint.close()
+
+    def stage(self, name: str, *, reads=(), writes=()) -> "StageContext":
+        """What the stage recorded as `name` is handed: the tables it declares, the run's services."""
+        return StageContext(self, name, StageTables(self.wh, name, reads, writes))
+
+
+class StageTables:
+    """The warehouse as one stage sees it: the tables its registry entry declares, no others.
+
+    A read of an undeclared table, or a write to a table the stage does not declare as an
+    output, is a registry bug and fails loudly before Spark runs anything."""
+
+    _WRITERS = ("overwrite", "append", "merge", "delete_where_missing", "delete_matching")
+
+    def __init__(self, wh: Warehouse, stage: str, reads, writes):
+        self._wh, self._stage = wh, stage
+        self.writes = frozenset(writes)
+        self.reads = frozenset(reads) | self.writes  # a stage may read back what it wrote
+
+    def _check(self, name: str, allowed: frozenset, what: str) -> None:
+        if name not in allowed:
+            raise PermissionError(f"stage {self._stage!r} {what} table {name!r}, which its registry entry "
+                                  f"does not declare (declared: {sorted(allowed)})")
+
+    def read(self, name: str):
+        self._check(name, self.reads, "reads")
+        return self._wh.read(name)
+
+    def conform(self, name: str, df):
+        return self._wh.conform(name, df)
+
+    def __getattr__(self, attr: str):
+        if attr not in self._WRITERS:
+            raise AttributeError(attr)
+        method = getattr(self._wh, attr)
+
+        def checked(name: str, *args, **kwargs):
+            self._check(name, self.writes, "writes")
+            return method(name, *args, **kwargs)
+
+        return checked
+
+
+class StageContext:
+    """What one stage gets from the run besides its config sections (passed as arguments): its
+    tables, Spark, the run id, hand-off folders under its own name, the log, the chat endpoint,
+    the driver-bytes counter, and the results of the stages before it."""
+
+    def __init__(self, run: RunContext, name: str, tables: StageTables):
+        self.name, self.tables, self._run = name, tables, run
+        self.spark, self.run_id, self.cache_dir = run.spark, run.run_id, run.cache_dir
+        self.log, self.note_collected = run.log, run.note_collected
+
+    @property
+    def earlier(self) -> Mapping[str, StageResult]:
+        return self._run.results
+
+    def handoff(self, part: str) -> str:
+        return self._run.handoff(self.name, part)
+
+    def llm_base_url(self) -> str | None:
+        return self._run.llm_base_url()
+
+    def prompt_path(self, relative: str) -> Path:
+        return self._run.cfg.prompt_path(relative)
+
+    def service(self, name: str) -> Callable:
+        try:
+            return self._run.services[name]
+        except KeyError:
+            raise LookupError(f"stage {self.name!r} needs the run service {name!r}, which this run was not "
+                              f"given (known: {sorted(self._run.services)})") from None

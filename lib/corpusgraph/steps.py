@@ -1,30 +1,34 @@
 """One step per stage: read inputs from Delta, call the pure transforms, write the outputs.
 
-Steps own every action (count, write, collect) and every Spark/Ray hand-off; the transforms in
-stages/ own none. LLM steps hand only the rows that have no result yet to Ray, so re-runs, crashed
-runs and updates pay only for missing work.
+A step gets a StageContext (its declared tables, Spark, hand-off folders, the chat endpoint) and,
+as keyword arguments, the config sections its registry entry names (registry.py); it never sees
+the root config. Steps own every action (count, write, collect) and every Spark/Ray hand-off;
+the transforms in stages/ own none. LLM steps hand only the rows that have no result yet to Ray,
+so re-runs, crashed runs and updates pay only for missing work.
 """
 
 from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from .embed_step import embed
 from . import progress
-from .run import RunContext, StageResult
-from .progress import Work
+from .config import (ChunkSection, CommunitiesSection, ExtractSection, IngestSection, LLMSection, RaySection,
+                     ReportsSection, ResolveSection, StorageSection)
+from .handoff import llm_pass, save, to_model
+from .llm.base import Usage
 from .prompts import load_prompt
-from .ray_runner import output_usage, run_llm_task
+from .run import StageContext, StageResult
 from .stages import chunk as chunk_stage
 from .stages import communities as comm_stage
 from .stages import extract as extract_stage
 from .stages import extract_fast as extract_fast_stage
 from .stages import ingest as ingest_stage
 from .stages import reports as report_stage
-from .stages import resolve as resolve_stage
+from .stages import resolve_run
 from .tables import spark_schema, spark_struct
 
-__all__ = ["NoDocumentsError", "ingest", "chunk", "extract", "resolve", "communities", "reports", "embed", "extract_identity"]
+__all__ = ["NoDocumentsError", "ingest", "chunk", "extract", "resolve", "communities", "reports", "extract_identity",
+           "identity", "graph_arrays", "membership_frame"]
 
 
 class NoDocumentsError(ValueError):
@@ -32,7 +36,7 @@ class NoDocumentsError(ValueError):
     (or estimating) an empty index."""
 
 
-def _read_inputs(ctx: RunContext):
+def _read_inputs(spark, sec: IngestSection):
     """The parsed records (PARSED_SCHEMA rows) of every input file.
 
     Parquet files go through Spark's Parquet reader (row groups in parallel), after their
@@ -41,7 +45,6 @@ def _read_inputs(ctx: RunContext):
     """
     from .stages import ingest_parquet as ingest_pq
 
-    sec, spark = ctx.cfg.ingest, ctx.spark
     reader = spark.read.format("binaryFile").option("recursiveFileLookup", "true")
     files = reader.load(sec.inputs)
     listed = files.inputFiles()
@@ -73,23 +76,23 @@ def _read_inputs(ctx: RunContext):
     return parsed, len(listed), len(listed_others)
 
 
-def ingest(ctx: RunContext) -> StageResult:
-    sec = ctx.cfg.ingest
+def ingest(st: StageContext, *, ingest: IngestSection, storage: StorageSection) -> StageResult:
+    sec = ingest
     if not sec.inputs:
         raise ValueError("ingest.inputs is empty: name the files or folders to index in the config")
-    parsed, n_files, n_binary = _read_inputs(ctx)
+    parsed, n_files, n_binary = _read_inputs(st.spark, sec)
     parsed = parsed.cache()
     docs = ingest_stage.documents_from(parsed).cache()
     quarantine = ingest_stage.quarantine_from(parsed)
     # The pass that reads and parses every file (it fills the caches), in files read.
-    with progress.spark_records(ctx.spark, "ingest", "files", n_binary, source="Scan binaryFile"):
+    with progress.spark_records(st.spark, "ingest", "files", n_binary, source="Scan binaryFile"):
         stats = docs.agg(F.count("*").alias("docs"), F.sum(F.col("copies") - 1).alias("dups")).first()
     n_docs = int(stats["docs"] or 0)
     if n_docs:
-        ctx.wh.merge("documents", docs, update=False, soft_delete="deleted")
+        st.tables.merge("documents", docs, update=False, soft_delete="deleted")
     n_quarantine = quarantine.count()
     if n_quarantine:
-        ctx.wh.merge("quarantine", quarantine)
+        st.tables.merge("quarantine", quarantine)
     by_reason = {r["reason"]: r["count"] for r in quarantine.groupBy("reason").count().collect()}
     parsed.unpersist()
     docs.unpersist()
@@ -97,7 +100,7 @@ def ingest(ctx: RunContext) -> StageResult:
     if n_docs == 0:
         raise NoDocumentsError(
             f"ingest found no documents in {sec.inputs}: {n_files} files listed, {n_quarantine} inputs "
-            f"quarantined ({reasons or 'none'}; see the quarantine table under {ctx.cfg.storage.warehouse}). "
+            f"quarantined ({reasons or 'none'}; see the quarantine table under {storage.warehouse}). "
             f"Check ingest.inputs, ingest.max_bytes ({sec.max_bytes}) and ingest.text_field ({sec.text_field!r}).")
     result = StageResult(rows={"documents": n_docs, "duplicates_collapsed": int(stats["dups"] or 0),
                                "quarantined": n_quarantine})
@@ -106,88 +109,62 @@ def ingest(ctx: RunContext) -> StageResult:
     return result
 
 
-def chunk(ctx: RunContext) -> StageResult:
-    documents = ctx.wh.read("documents")
-    units = chunk_stage.chunk_documents(documents, ctx.cfg.chunk)
-    with progress.spark_records(ctx.spark, "chunk", "documents", documents.where("NOT deleted").count(),
+def chunk(st: StageContext, *, chunk: ChunkSection) -> StageResult:
+    documents = st.tables.read("documents")
+    units = chunk_stage.chunk_documents(documents, chunk)
+    with progress.spark_records(st.spark, "chunk", "documents", documents.where("NOT deleted").count(),
                                 source="Scan parquet"):
-        ctx.wh.overwrite("text_units", units)
-    return StageResult(rows={"text_units": ctx.wh.read("text_units").count()})
+        st.tables.overwrite("text_units", units)
+    return StageResult(rows={"text_units": st.tables.read("text_units").count()})
 
 
-def extract_identity(ctx: RunContext):
-    """(prompt, prompt_hash, model): what an extraction row is keyed on besides its unit."""
-    sec = ctx.cfg.extract
+def identity(sec: ExtractSection, llm: LLMSection, prompt_path):
+    """(prompts, prompt_hash, model): what an extraction row is keyed on besides its unit.
+    prompt_path: a prompt's file from its configured (relative) name."""
     if sec.method == "fast":  # no prompt: the rows are keyed on the method's settings and spaCy model
         return (None, *extract_fast_stage.fast_identity(sec))
     prompts = extract_stage.ExtractPrompts(
-        load_prompt(ctx.cfg.prompt_path(sec.prompt)),
-        load_prompt(ctx.cfg.prompt_path(sec.prompt_continue)) if sec.glean_rounds else None,
-        load_prompt(ctx.cfg.prompt_path(sec.prompt_claims)) if sec.claims else None,
+        load_prompt(prompt_path(sec.prompt)),
+        load_prompt(prompt_path(sec.prompt_continue)) if sec.glean_rounds else None,
+        load_prompt(prompt_path(sec.prompt_claims)) if sec.claims else None,
     )
-    return prompts, prompts.hash(sec), ctx.cfg.llm.model
+    return prompts, prompts.hash(sec), llm.model
 
 
-def _llm_pass(ctx: RunContext, stage: str, pending, task, schema_name: str, part: str = "in",
-              label: str | None = None, unit: str = "LLM calls"):
-    """Hand pending rows to Ray, run the task, merge the results; returns (usage, rows sent).
-    label and unit: the progress bar's (one row is one call)."""
-    from .llm.base import Usage
-
-    in_path, out_path = ctx.handoff(stage, part), ctx.handoff(stage, part + "-out")
-    pending.write.mode("overwrite").parquet(in_path)
-    n = ctx.spark.read.parquet(in_path).count()
-    if n == 0:
-        return Usage(), 0
-    ctx.log(f"  {stage}: {n} rows to the model")
-    run_llm_task(task, in_path, out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
-                 cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url(), work=Work(label or stage, unit, n))
-    usage, nbytes = output_usage(out_path, ctx.cfg.llm)
-    ctx.note_collected(nbytes)
-    ctx.wh.merge(schema_name, ctx.spark.read.schema(spark_schema(schema_name)).parquet(out_path))
-    return usage, n
+def extract_identity(ctx):
+    """identity() of anything holding the root config as `.cfg` (a RunContext; estimate.py)."""
+    return identity(ctx.cfg.extract, ctx.cfg.llm, ctx.cfg.prompt_path)
 
 
-def _extract_round(ctx: RunContext, packs, task, part: str):
+def _extract_round(st: StageContext, packs, task, part: str, *, llm: LLMSection, ray: RaySection):
     """One extraction round over packs of units on Ray; each pack's rows are exploded back into
     one extractions row per unit and merged. Returns (usage, units sent, calls)."""
-    from .llm.base import Usage
-
-    in_path, out_path = ctx.handoff("extract", part), ctx.handoff("extract", part + "-out")
-    packs.write.mode("overwrite").parquet(in_path)
-    counts = ctx.spark.read.parquet(in_path).agg(F.count("*").alias("packs"), F.sum(F.size("units")).alias("units")).first()
+    packs = save(st, packs, part)
+    counts = packs.agg(F.count("*").alias("packs"), F.sum(F.size("units")).alias("units")).first()
     n_packs, n_units = int(counts["packs"] or 0), int(counts["units"] or 0)
     if n_packs == 0:
         return Usage(), 0, 0
     label = "extract" if part == "round0" else f"extract, gleaning {part}"
-    ctx.log(f"  {label}: {n_units} units to the model in {n_packs} calls")
-    run_llm_task(task, in_path, out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
-                 cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url(),
-                 work=Work(f"{label} ({n_units} units)", "LLM calls", n_packs))
-    usage, nbytes = output_usage(out_path, ctx.cfg.llm)
-    ctx.note_collected(nbytes)
-    rows = ctx.spark.read.parquet(out_path).select(F.explode("rows").alias("r")).select("r.*")
-    ctx.wh.merge("extractions", rows)
+    st.log(f"  {label}: {n_units} units to the model in {n_packs} calls")
+    out, usage = to_model(st, task, part, n_packs, llm=llm, ray=ray, label=f"{label} ({n_units} units)")
+    st.tables.merge("extractions", out.select(F.explode("rows").alias("r")).select("r.*"))
     return usage, n_units, n_packs
 
 
-def _extract_fast(ctx: RunContext) -> StageResult:
+def _extract_fast(st: StageContext, sec: ExtractSection) -> StageResult:
     """The fast method: spaCy over the pending units in Spark Python workers, no LLM, no Ray."""
-    sec = ctx.cfg.extract
     phash, model = extract_fast_stage.fast_identity(sec)
-    units = ctx.wh.read("text_units")
-    pending = extract_stage.pending_units(units, ctx.wh.read("extractions"), phash, model)
-    in_path, out_path = ctx.handoff("extract", "fast-in"), ctx.handoff("extract", "fast-out")
-    pending.write.mode("overwrite").parquet(in_path)
-    pending = ctx.spark.read.parquet(in_path)
+    units = st.tables.read("text_units")
+    pending = save(st, extract_stage.pending_units(units, st.tables.read("extractions"), phash, model), "fast-in")
     sent = pending.count()
     if sent:
-        ctx.log(f"  extract: {sent} units through spaCy ({model})")
+        st.log(f"  extract: {sent} units through spaCy ({model})")
         # Every core gets a share; each Python worker loads the spaCy model once and keeps it.
-        parts = max(1, min(sent, ctx.spark.sparkContext.defaultParallelism))
-        extract_fast_stage.extract_units(pending.repartition(parts), sec, ctx.run_id) \
+        parts = max(1, min(sent, st.spark.sparkContext.defaultParallelism))
+        out_path = st.handoff("fast-out")
+        extract_fast_stage.extract_units(pending.repartition(parts), sec, st.run_id) \
             .write.mode("overwrite").parquet(out_path)
-        ctx.wh.merge("extractions", ctx.spark.read.schema(spark_schema("extractions")).parquet(out_path))
+        st.tables.merge("extractions", st.spark.read.schema(spark_schema("extractions")).parquet(out_path))
     total = units.count()
     result = StageResult(rows={"units": total, "sent": sent})
     if sent == 0:
@@ -195,23 +172,21 @@ def _extract_fast(ctx: RunContext) -> StageResult:
     return result
 
 
-def extract(ctx: RunContext) -> StageResult:
-    if ctx.cfg.extract.method == "fast":
-        return _extract_fast(ctx)
-    from .llm.base import Usage
-
-    prompts, phash, model = extract_identity(ctx)
-    sec = ctx.cfg.extract
-    units = ctx.wh.read("text_units")
-    pending = extract_stage.pending_units(units, ctx.wh.read("extractions"), phash, model)
+def extract(st: StageContext, *, extract: ExtractSection, llm: LLMSection, ray: RaySection) -> StageResult:
+    sec = extract
+    if sec.method == "fast":
+        return _extract_fast(st, sec)
+    prompts, phash, model = identity(sec, llm, st.prompt_path)
+    units = st.tables.read("text_units")
+    pending = extract_stage.pending_units(units, st.tables.read("extractions"), phash, model)
     # Round 0 extracts units with no row yet; rounds 1.. glean the rows that look incomplete.
     usage, sent, counts = Usage(), 0, {}
     for round_ in range(sec.glean_rounds + 1):
         if round_:  # gleaning: only rows whose result looks incomplete (decided again on a rerun)
-            pending = extract_stage.glean_candidates(ctx.wh.read("extractions"), units, sec, phash, model, round_)
+            pending = extract_stage.glean_candidates(st.tables.read("extractions"), units, sec, phash, model, round_)
         packs = extract_stage.packs_from(pending, sec, round_, with_prior=round_ > 0)
-        task = extract_stage.PackTask(sec, prompts, phash, model, ctx.run_id, ctx.cfg.llm.temperature, round_)
-        u, n_units, n_packs = _extract_round(ctx, packs, task, f"round{round_}")
+        task = extract_stage.PackTask(sec, prompts, phash, model, st.run_id, llm.temperature, round_)
+        u, n_units, n_packs = _extract_round(st, packs, task, f"round{round_}", llm=llm, ray=ray)
         usage.merge(u)
         if round_ == 0:
             sent, counts["calls"] = n_units, n_packs
@@ -220,7 +195,7 @@ def extract(ctx: RunContext) -> StageResult:
         else:
             counts[f"gleaned_round{round_}"] = n_units
             counts["calls"] = counts.get("calls", 0) + n_packs
-    mine = ctx.wh.read("extractions").where((F.col("prompt_hash") == phash) & (F.col("model") == model))
+    mine = st.tables.read("extractions").where((F.col("prompt_hash") == phash) & (F.col("model") == model))
     status = {r["status"]: r["count"] for r in mine.join(units.select("unit_id"), "unit_id", "left_semi")
               .groupBy("status").count().collect()}
     total = units.count()
@@ -231,153 +206,56 @@ def extract(ctx: RunContext) -> StageResult:
     return result
 
 
-def resolve(ctx: RunContext) -> StageResult:
-    """Mentions -> entities. method exact: one entity per normalised name. method similarity:
-    blocking and pair scoring in Spark, the ambiguous band to the LLM on Ray, guarded connected
-    components (label propagation, one action per round), long merged descriptions summarised
-    on Ray. Intermediate frames are written to the run's hand-off folder and read back, which
-    cuts their lineage and makes each one computed once.
+def resolve(st: StageContext, *, resolve: ResolveSection, extract: ExtractSection, llm: LLMSection,
+            ray: RaySection) -> StageResult:
+    """Mentions -> entities (stages/resolve_run.py), with this run's hand-off folder for its
+    intermediate frames and Ray for its LLM rows."""
+    sec = resolve
+    _, phash, model = identity(extract, llm, st.prompt_path)
+    usage = Usage()
 
-    Incremental by construction: nodes and candidate pairs are recomputed (cheap Spark), but a
-    pair whose two node signatures and score fingerprint match its row in `resolve_pairs` keeps
-    its stored score, and a band pair keeps its stored verdict; only pairs touching a new or
-    changed node are scored, and only band pairs without a valid verdict go to the LLM. The
-    components then run over every merge edge, so the outcome is the one a from-scratch resolve
-    gets. The table is rewritten with this run's pairs (pairs whose endpoint is gone drop out).
+    def ask(task, df, part):
+        done = llm_pass(st, task, df, part, llm=llm, ray=ray, label=f"resolve, {part}", noun=f"{part} rows")
+        usage.merge(done.usage)
+        return done.out, done.sent
 
-    Description vectors from the `embeddings` table are not used in the score: they are written
-    by the embed stage after resolve, keyed by entity (not node), so a first build never has
-    them and every later run would: resolution would depend on the warehouse's history instead
-    of its corpus (and an update could not equal a rebuild). The weights were fit without them.
-    """
-    from .llm.base import Usage
-    from .stages import resolve_blocking as RB
-    from .stages import resolve_llm as RL
-    from .stages import resolve_merge as RM
-    from .stages import resolve_score as RS
-
-    _, phash, model = extract_identity(ctx)
-    sec = ctx.cfg.resolve
-    spark = ctx.spark
-    usage, rows, notes = Usage(), {}, []
-
-    def saved(df, part):
-        path = ctx.handoff("resolve", part)
-        df.write.mode("overwrite").parquet(path)
-        return spark.read.parquet(path)
-
-    def llm(task, df, part):
-        """Rows to the model on Ray; (output frame, rows sent). Nothing is sent for no rows."""
-        inputs = saved(df, part)
-        n = inputs.count()
-        if n == 0:
-            return None, 0
-        out_path = ctx.handoff("resolve", part + "-out")
-        ctx.log(f"  resolve: {n} {part} rows to the model")
-        run_llm_task(task, ctx.handoff("resolve", part), out_path, llm=ctx.cfg.llm, ray_section=ctx.cfg.ray,
-                     cache_dir=str(ctx.cache_dir), base_url=ctx.llm_base_url(),
-                     work=Work(f"resolve, {part}", "LLM calls", n))
-        u, nbytes = output_usage(out_path, ctx.cfg.llm)
-        ctx.note_collected(nbytes)
-        usage.merge(u)
-        return spark.read.parquet(out_path), n
-
-    live = saved(resolve_stage.live_extractions(ctx.wh.read("extractions"), ctx.wh.read("text_units"), phash, model),
-                 "live")
-    ments = saved(resolve_stage.mentions(live, sec), "mentions")
-    mapping = None
-    pairs_table = None
-    if sec.method == "similarity":
-        nodes = saved(RB.nodes(ments, live, sec), "nodes")
-        pairs = RB.candidate_pairs(RB.block_keys(nodes, sec), sec)
-        current = saved(RS.with_signatures(pairs, RS.node_signatures(nodes)), "pairs")
-        score_fp = RS.score_fingerprint(sec)
-        stored = ctx.wh.read("resolve_pairs")
-        reused, todo = RS.split_pairs(current, stored, score_fp)
-        reused = saved(reused, "reused")
-        fresh = saved(RS.score_pairs(RS.pair_features(todo, nodes), sec), "scored-now")
-        cols = ["a", "b", "score", "type_clash"]
-        scored = saved(fresh.select(*cols).unionByName(reused.select(*cols)), "scored")
-        n_reused, n_fresh = reused.count(), fresh.count()
-        rows.update(nodes=nodes.count(), pairs=n_reused + n_fresh, pairs_reused=n_reused, pairs_scored=n_fresh,
-                    pairs_dropped=stored.select("a", "b").join(current, ["a", "b"], "left_anti").count())
-        notes.append(f"pairs: {n_fresh} scored now (a new or changed endpoint), {n_reused} reused from "
-                     f"resolve_pairs, {rows['pairs_dropped']} stored ones dropped (endpoint gone or no longer a candidate)")
-        verdicts, verdict_fp = None, None
-        if sec.llm_adjudication:
-            prompt = load_prompt(ctx.cfg.prompt_path(sec.prompt_adjudicate))
-            verdict_fp = RL.verdict_fingerprint(prompt, sec, ctx.cfg.llm.model, ctx.cfg.llm.temperature)
-            task = RL.AdjudicateTask(sec, prompt, ctx.cfg.llm.temperature)
-            band = saved(RS.band(scored, sec), "band")
-            known = saved(RL.stored_verdicts(band, reused, verdict_fp), "verdicts-reused")
-            ask = band.join(known.select("a", "b"), ["a", "b"], "left_anti")
-            out, rows["adjudicated"] = llm(task, RL.adjudication_inputs(ask, nodes), "adjudicate")
-            rows["adjudications_reused"] = known.count()
-            verdicts = known if out is None else known.unionByName(out.select("a", "b", "same", "status", "error"))
-        decided = saved(RS.decide(scored, sec, verdicts), "decided")
-        pairs_table = RS.stored_pairs(decided, current, score_fp, verdict_fp)
-        edges = decided.where("merge").select("a", "b", "score", "method")
-
-        def components(edge_df, part):
-            labels = saved(RM.cc_start(nodes), f"{part}-0")
-            for i in range(1, sec.max_cc_iterations + 1):
-                new = saved(RM.cc_step(labels, edge_df), f"{part}-{i}")
-                if RM.changed(labels, new).limit(1).count() == 0:
-                    return new, i
-                labels = new
-            notes.append(f"connected components stopped after {sec.max_cc_iterations} rounds, not converged")
-            return labels, sec.max_cc_iterations
-
-        labels, rows["cc_rounds"] = components(edges, "cc")
-        kept, cut = RM.guard_edges(edges, labels, sec)
-        cut = saved(cut, "cut")
-        if cut.count():
-            labels, _ = components(saved(kept, "kept"), "cc-guard")
-            labels, star_cut = RM.star_cut(labels, kept, sec)
-            labels = saved(labels, "labels")
-            cut = saved(cut.unionByName(star_cut), "cut-all")
-        rows["guard_cut_edges"] = cut.count()
-        mapping = saved(RM.decisions(nodes, labels, decided, cut), "mapping")
-        by_method = {r["method"]: r["count"] for r in mapping.groupBy("method").count().collect()}
-        rows.update({f"names_{k}": v for k, v in sorted(by_method.items())})
-    resolved = resolve_stage.remap(ments, mapping)
-    ctx.wh.overwrite("relationships", resolve_stage.relationships(live, sec, mapping))
-    rels = ctx.wh.read("relationships")
-    summaries = None
-    if sec.summarise_descriptions:
-        prompt = load_prompt(ctx.cfg.prompt_path(sec.prompt_summarise))
-        out, rows["summarised"] = llm(RL.SummariseTask(sec, prompt, ctx.cfg.llm.temperature),
-                                      resolve_stage.long_descriptions(resolved, sec), "summarise")
-        summaries = out.where(F.col("status") == "ok") if out is not None else None
-    ctx.wh.overwrite("entities", resolve_stage.entities(resolved, rels, sec, summaries))
-    # A warehouse made before entity_aliases had its decision columns takes them here.
-    ctx.wh.overwrite("entity_aliases", resolve_stage.entity_aliases(ments, mapping), replace_schema=True)
-    ctx.wh.overwrite("claims", resolve_stage.claims(live, sec, mapping))
-    if pairs_table is not None:  # every read of the stored pairs is behind; now this run's pairs replace them
-        ctx.wh.overwrite("resolve_pairs", pairs_table)
-    rows.update(entities=ctx.wh.read("entities").count(), relationships=rels.count(),
-                aliases=ctx.wh.read("entity_aliases").count())
+    prompt = lambda name, needed: load_prompt(st.prompt_path(name)) if needed else None  # noqa: E731
+    io = resolve_run.ResolveIO(st.tables, lambda df, part: save(st, df, part), ask)
+    rows, notes = resolve_run.resolve_tables(
+        io, sec, prompt_hash=phash, model=model, llm_model=llm.model, temperature=llm.temperature,
+        adjudicate_prompt=prompt(sec.prompt_adjudicate, sec.method == "similarity" and sec.llm_adjudication),
+        summarise_prompt=prompt(sec.prompt_summarise, sec.summarise_descriptions))
     paid = rows.get("adjudicated", 0) + rows.get("summarised", 0)
     return StageResult(rows=rows, usage=usage if paid else None, notes=notes)
 
 
-def communities(ctx: RunContext) -> StageResult:
-    ents, rels = ctx.wh.read("entities"), ctx.wh.read("relationships")
-    nodes, edges = comm_stage.encode_graph(ents, rels)
-    # The only corpus-sized collect of the pipeline: the integer edge list and the id order.
+def graph_arrays(entities, relationships):
+    """The entity graph on the driver: (ordered ids, a, b, weight arrays, bytes collected). The only
+    corpus-sized collect of the pipeline: the integer edge list and the id order."""
+    nodes, edges = comm_stage.encode_graph(entities, relationships)
     id_col = nodes.orderBy("idx").select("entity_id").toArrow()
     e = edges.toArrow()
-    ctx.note_collected(id_col.nbytes + e.nbytes)
-    ids = id_col.column(0).to_pylist()
-    with progress.ticking(progress.bar("communities (Leiden)", "levels", ctx.cfg.communities.max_levels)) as leiden:
-        membership = comm_stage.detect(ids, e.column("a").to_numpy(), e.column("b").to_numpy(),
-                                       e.column("weight").to_numpy(), ctx.cfg.communities, on_level=leiden.set)
+    a, b, w = e.column("a").to_numpy(), e.column("b").to_numpy(), e.column("weight").to_numpy()
+    return id_col.column(0).to_pylist(), a, b, w, id_col.nbytes + e.nbytes
+
+
+def membership_frame(spark, membership):
+    """Membership rows (stages/communities.MEMBERSHIP_SCHEMA, an Arrow table) as a Spark frame."""
+    schema = spark_struct(comm_stage.MEMBERSHIP_SCHEMA)
+    return spark.createDataFrame(membership.to_pandas(), schema=schema) if membership.num_rows else \
+        spark.createDataFrame([], schema)
+
+
+def communities(st: StageContext, *, communities: CommunitiesSection) -> StageResult:
+    ents, rels = st.tables.read("entities"), st.tables.read("relationships")
+    ids, a, b, w, nbytes = graph_arrays(ents, rels)
+    st.note_collected(nbytes)
+    with progress.ticking(progress.bar("communities (Leiden)", "levels", communities.max_levels)) as leiden:
+        membership = comm_stage.detect(ids, a, b, w, communities, on_level=leiden.set)
         leiden.set_total(leiden.done)  # max_levels is a bound: the hierarchy stops when nothing needs splitting
-    schema = "community_id string, level int, parent_id string, entity_id string, graph_version string, modularity double"
-    mdf = ctx.spark.createDataFrame(membership.to_pandas(), schema=schema) if membership.num_rows else \
-        ctx.spark.createDataFrame([], schema)
-    ctx.wh.overwrite("communities", comm_stage.communities_from_membership(mdf, ents, rels))
-    levels = {r["level"]: (r["n"], r["q"]) for r in ctx.wh.read("communities").groupBy("level").agg(
+    st.tables.overwrite("communities", comm_stage.communities_from_membership(membership_frame(st.spark, membership),
+                                                                              ents, rels))
+    levels = {r["level"]: (r["n"], r["q"]) for r in st.tables.read("communities").groupBy("level").agg(
         F.count("*").alias("n"), F.first("modularity").alias("q")).collect()}
     result = StageResult(rows={"communities": sum(n for n, _ in levels.values()), "levels": len(levels)})
     for level in sorted(levels):
@@ -387,43 +265,49 @@ def communities(ctx: RunContext) -> StageResult:
     return result
 
 
-def reports(ctx: RunContext) -> StageResult:
-    from .llm.base import Usage
+def _report_pass(st: StageContext, pending, task, table: str, part: str, *, llm: LLMSection, ray: RaySection,
+                 label: str, unit: str):
+    """Pending report rows to the model and the answers merged into `table`; (usage, rows sent)."""
+    done = llm_pass(st, task, pending, part, llm=llm, ray=ray, label=label, unit=unit)
+    if done.sent:  # read with the table's schema: the bookkeeping columns stay behind
+        st.tables.merge(table, st.spark.read.schema(spark_schema(table)).parquet(st.handoff(part + "-out")))
+    return done.usage, done.sent
 
-    sec = ctx.cfg.reports
-    prompt = load_prompt(ctx.cfg.prompt_path(sec.prompt))
-    model = ctx.cfg.llm.model
+
+def reports(st: StageContext, *, reports: ReportsSection, llm: LLMSection, ray: RaySection) -> StageResult:
+    sec, read = reports, st.tables.read
+    prompt = load_prompt(st.prompt_path(sec.prompt))
+    model = llm.model
     fingerprint = prompt.hash(report_stage.report_schema(sec), sec.max_tokens, model)
-    comms = ctx.wh.read("communities")
+    comms = read("communities")
     levels = sorted((r["level"] for r in comms.select("level").distinct().collect()), reverse=True)
     usage, sent = Usage(), 0
-    task = report_stage.ReportTask(sec, prompt, model, ctx.cfg.llm.temperature)
+    task = report_stage.ReportTask(sec, prompt, model, llm.temperature)
     for level in levels:  # deepest first: parents may use their children's reports
-        inputs = report_stage.level_inputs(comms, ctx.wh.read("entities"), ctx.wh.read("relationships"),
-                                           ctx.wh.read("community_reports"), level, sec, fingerprint)
-        done = ctx.wh.read("community_reports").where(F.col("status") != "llm_error").select("community_id", "built_from")
+        inputs = report_stage.level_inputs(comms, read("entities"), read("relationships"),
+                                           read("community_reports"), level, sec, fingerprint)
+        done = read("community_reports").where(F.col("status") != "llm_error").select("community_id", "built_from")
         pending = inputs.join(done, ["community_id", "built_from"], "left_anti")
-        u, n = _llm_pass(ctx, "reports", pending, task, "community_reports", part=f"level{level}",
-                         label=f"reports, level {level}", unit="communities")
+        u, n = _report_pass(st, pending, task, "community_reports", f"level{level}", llm=llm, ray=ray,
+                            label=f"reports, level {level}", unit="communities")
         usage.merge(u)
         sent += n
-    ctx.wh.delete_where_missing("community_reports", comms, "community_id")
+    st.tables.delete_where_missing("community_reports", comms, "community_id")
     per_domain = 0
     if sec.per_domain:  # one report per domain of each community that mixes domains (stages/reports.py)
-        dtask = report_stage.DomainReportTask(sec, prompt, model, ctx.cfg.llm.temperature)
+        dtask = report_stage.DomainReportTask(sec, prompt, model, llm.temperature)
         for level in levels:
-            inputs = report_stage.domain_level_inputs(comms, ctx.wh.read("entities"), ctx.wh.read("relationships"),
-                                                      ctx.wh.read("text_units"), ctx.wh.read("documents"), level, sec,
-                                                      fingerprint)
-            done = ctx.wh.read("community_domain_reports").where(F.col("status") != "llm_error").select(
+            inputs = report_stage.domain_level_inputs(comms, read("entities"), read("relationships"),
+                                                      read("text_units"), read("documents"), level, sec, fingerprint)
+            done = read("community_domain_reports").where(F.col("status") != "llm_error").select(
                 "community_id", "domain", "built_from")
             pending = inputs.join(done, ["community_id", "domain", "built_from"], "left_anti")
-            u, n = _llm_pass(ctx, "reports", pending, dtask, "community_domain_reports", part=f"domains-level{level}",
-                             label=f"reports per domain, level {level}", unit="reports")
+            u, n = _report_pass(st, pending, dtask, "community_domain_reports", f"domains-level{level}", llm=llm,
+                                ray=ray, label=f"reports per domain, level {level}", unit="reports")
             usage.merge(u)
             per_domain += n
-        ctx.wh.delete_where_missing("community_domain_reports", comms, "community_id")
-    status = {r["status"]: r["count"] for r in ctx.wh.read("community_reports").groupBy("status").count().collect()}
+        st.tables.delete_where_missing("community_domain_reports", comms, "community_id")
+    status = {r["status"]: r["count"] for r in read("community_reports").groupBy("status").count().collect()}
     result = StageResult(rows={"sent": sent, **({"sent_per_domain": per_domain} if sec.per_domain else {}),
                                **{f"status_{k}": v for k, v in sorted(status.items())}}, usage=usage)
     if sent + per_domain == 0:

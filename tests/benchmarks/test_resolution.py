@@ -100,13 +100,13 @@ def predicted(ctx, gold):
 
 
 def run_quality(spark, tmp_path, method, seed=2, **overrides):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     rows, gold = generate(QUALITY_ENTITIES, seed=seed)
     ctx = fresh_context(spark, tmp_path / method, **{"resolve.method": method, **overrides})
     load_extractions(ctx, rows, tmp_path)
     t0 = time.perf_counter()
-    res = steps.resolve(ctx)
+    res = run_stage(ctx, "resolve")
     secs = time.perf_counter() - t0
     p, r = pairwise(predicted(ctx, gold), gold)
     return p, r, secs, res, gold, ctx

@@ -91,7 +91,7 @@ def test_extract_stage_packs_and_gleans_on_spark_and_ray(spark, tmp_path):
 
     from corpusgraph.config import load_config
     from corpusgraph.pipeline import RunContext
-    from corpusgraph.steps import extract
+    from corpusgraph.pipeline import run_stage
     from corpusgraph.tables import table_path
 
     cfg = load_config(REPO / "conf" / "local.yaml", {
@@ -105,8 +105,8 @@ def test_extract_stage_packs_and_gleans_on_spark_and_ray(spark, tmp_path):
         units = [(f"u{i}", "d", i, t, count_tokens(t), 0, len(t)) for i, t in enumerate(TEXTS)]
         ctx.wh.overwrite("text_units", spark.createDataFrame(
             units, "unit_id string, doc_id string, ordinal int, text string, n_tokens int, char_start int, char_end int"))
-        res = extract(ctx)
-        again = extract(ctx)
+        res = run_stage(ctx, "extract")
+        again = run_stage(ctx, "extract")
     finally:
         ctx.close()
     assert res.rows["units"] == res.rows["sent"] == 3

@@ -26,7 +26,7 @@ def _df(spark, name, rows):
 
 @pytest.mark.timeout(1500)  # two embed runs; 290 s on an idle 2-core machine, 900 s under load average 30
 def test_embed_stage_through_an_openai_endpoint(spark, tmp_path):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
     from corpusgraph.query.vectors import VectorIndex
 
     with EmbedServer(dim=DIM, model="tiny-embed") as srv:
@@ -48,9 +48,9 @@ def test_embed_stage_through_an_openai_endpoint(spark, tmp_path):
             {"entity_id": "e1", "title": "Lisbon", "description": "A city."},
             {"entity_id": "e2", "title": "reject", "description": "refused by the server"},
         ]))
-        result = steps.embed(ctx)
+        result = run_stage(ctx, "embed")
         collected_by_embed = ctx.collected_bytes
-        rerun = steps.embed(ctx)
+        rerun = run_stage(ctx, "embed")
         requests_after_rerun = len(srv.requests)
 
     assert result.rows["embedded_now"] == 10 and result.rows["embed_failed"] == 1
@@ -89,7 +89,7 @@ def test_embed_stage_through_an_openai_endpoint(spark, tmp_path):
 
 def test_driver_bytes_are_counted_per_stage(spark, tmp_path):
     """run_steps adds what a step reported through ctx.note_collected to its StageResult."""
-    from corpusgraph.pipeline import StageResult, run_steps
+    from corpusgraph.pipeline import Stage, StageResult, run_steps
 
     cfg = load_config(REPO / "conf" / "local.yaml", {"storage.warehouse": str(tmp_path / "wh"),
                                                      "storage.cache_dir": str(tmp_path / "cache")})
@@ -100,7 +100,7 @@ def test_driver_bytes_are_counted_per_stage(spark, tmp_path):
         c.note_collected(234)
         return StageResult()
 
-    out = run_steps(ctx, [("a", collecting), ("b", lambda c: StageResult())])
+    out = run_steps(ctx, [Stage("a", collecting), Stage("b", lambda c: StageResult())])
     assert out["a"].driver_collected_bytes == 1234 and out["b"].driver_collected_bytes == 0
     stage_counts = json.loads(ctx.wh.read("runs").collect()[0]["stage_counts"])
     assert stage_counts["a"]["driver_collected_bytes"] == 1234

@@ -14,7 +14,7 @@ SAMPLE = REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs"
 
 
 def test_fast_extraction_feeds_resolve_with_no_llm(spark, tmp_path):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
     from corpusgraph.stages.extract_fast import fast_identity
 
     cfg = load_config(REPO / "conf" / "local.yaml", {
@@ -26,11 +26,11 @@ def test_fast_extraction_feeds_resolve_with_no_llm(spark, tmp_path):
     cfg.ingest.inputs = [str(SAMPLE)]
     ctx = RunContext(cfg, spark)
     ctx.wh.ensure_all()
-    steps.ingest(ctx)
-    steps.chunk(ctx)
+    run_stage(ctx, "ingest")
+    run_stage(ctx, "chunk")
     n_units = ctx.wh.read("text_units").count()
 
-    first = steps.extract(ctx)
+    first = run_stage(ctx, "extract")
     assert first.rows == {"units": n_units, "sent": n_units} and first.usage is None
     phash, model = fast_identity(cfg.extract)
     rows = ctx.wh.read("extractions").collect()
@@ -42,10 +42,10 @@ def test_fast_extraction_feeds_resolve_with_no_llm(spark, tmp_path):
     assert sum(len(r["relationships"]) for r in rows) > n_units  # co-occurrence gives several per unit
     assert not ctx.endpoint.started  # the embedded model server was never started
 
-    again = steps.extract(ctx)
+    again = run_stage(ctx, "extract")
     assert again.rows["sent"] == 0 and ctx.wh.read("extractions").count() == n_units
 
-    res = steps.resolve(ctx)
+    res = run_stage(ctx, "resolve")
     assert res.usage is None
     ents = {r["title"]: r for r in ctx.wh.read("entities").collect()}
     assert "Antwerp" in ents and ents["Antwerp"]["type"] == "LOCATION"

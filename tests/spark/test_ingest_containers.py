@@ -39,7 +39,7 @@ def _record(i: int, text: str | None = None) -> dict:
 
 
 def test_containers_keep_their_records_and_refuse_only_the_bad_ones(spark, tmp_path):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     folder = tmp_path / "in"
     folder.mkdir()
@@ -60,7 +60,7 @@ def test_containers_keep_their_records_and_refuse_only_the_bad_ones(spark, tmp_p
     (folder / "broken.parquet").write_bytes(b"PAR1 this is not parquet PAR1")
 
     ctx = _ctx(spark, tmp_path, [folder])
-    res = steps.ingest(ctx)
+    res = run_stage(ctx, "ingest")
     docs = {_tail(r["source_uri"]): r for r in ctx.wh.read("documents").collect()}
     quarantine = {_tail(r["source_uri"]): (r["reason"], r["detail"]) for r in ctx.wh.read("quarantine").collect()}
 
@@ -84,21 +84,21 @@ def test_containers_keep_their_records_and_refuse_only_the_bad_ones(spark, tmp_p
 
 
 def test_a_container_over_max_file_bytes_is_refused_whole(spark, tmp_path):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "huge.jsonl").write_text("\n".join(json.dumps(_record(i)) for i in range(30)))
     (folder / "ok.txt").write_text("Small note\nThe Lisbon depot is open.")
     ctx = _ctx(spark, tmp_path, [folder], **{"ingest.max_file_bytes": "3000"})
-    steps.ingest(ctx)
+    run_stage(ctx, "ingest")
     (q,) = ctx.wh.read("quarantine").collect()
     assert _tail(q["source_uri"]) == "huge.jsonl" and q["reason"] == "oversized"
     assert "max_file_bytes=3000" in q["detail"] and "Parquet" in q["detail"]
 
 
 def test_many_small_files(spark, tmp_path):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     folder = tmp_path / "in"
     for i in range(150):
@@ -106,12 +106,13 @@ def test_many_small_files(spark, tmp_path):
         sub.mkdir(parents=True, exist_ok=True)
         (sub / f"n{i:03d}.md").write_text(f"# Note {i}\nTrailer {i} left the Porto hub.")
     ctx = _ctx(spark, tmp_path, [folder])
-    res = steps.ingest(ctx)
+    res = run_stage(ctx, "ingest")
     assert res.rows == {"documents": 150, "duplicates_collapsed": 0, "quarantined": 0}
 
 
 def test_no_documents_stops_index_and_estimate_loudly(spark, tmp_path, capsys):
     from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
     from corpusgraph.cli import main
 
     folder = tmp_path / "in"
@@ -121,7 +122,7 @@ def test_no_documents_stops_index_and_estimate_loudly(spark, tmp_path, capsys):
     ctx = _ctx(spark, tmp_path, [folder])
     with pytest.raises(steps.NoDocumentsError, match=r"no documents .* 2 files listed, 2 inputs quarantined "
                                                      r"\(oversized=1, unsupported_format=1"):
-        steps.ingest(ctx)
+        run_stage(ctx, "ingest")
     assert ctx.wh.read("quarantine").count() == 2  # what was refused is still recorded
 
     rc = main(["estimate", "--conf", str(REPO / "conf" / "local.yaml"), "--submitted",

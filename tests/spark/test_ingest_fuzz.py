@@ -23,7 +23,7 @@ N_FILES = 300
 def test_a_folder_of_generated_files_through_the_real_ingest_stage(spark, tmp_path):
     from deltalake import DeltaTable
 
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
     from corpusgraph.tables import table_path
 
     base = random.randrange(10**9)
@@ -55,7 +55,7 @@ def test_a_folder_of_generated_files_through_the_real_ingest_stage(spark, tmp_pa
     cfg.ingest.inputs = [str(folder)]
     ctx = RunContext(cfg, spark)
     ctx.wh.ensure_all()
-    result = steps.ingest(ctx)
+    result = run_stage(ctx, "ingest")
 
     rows = result.rows
     quarantine = DeltaTable(table_path(cfg.storage.warehouse, "quarantine")).to_pyarrow_table().to_pylist()

@@ -49,7 +49,7 @@ def _lines(text: str, stage: str, unit: str) -> list[tuple[int, int, str]]:
 def test_chunk_shows_documents_read_mid_task_with_rate_and_eta_and_ends_at_the_documents(spark, tmp_path, log):
     from pyspark.sql import functions as F
 
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
     from corpusgraph.tables import spark_schema
 
     from types import SimpleNamespace
@@ -70,7 +70,7 @@ def test_chunk_shows_documents_read_mid_task_with_rate_and_eta_and_ends_at_the_d
     spark.conf.set("spark.sql.files.openCostInBytes", str(128 << 20))
     try:
         t0 = time.monotonic()
-        steps.chunk(ctx)
+        run_stage(ctx, "chunk")
         seconds = time.monotonic() - t0
     finally:
         spark.conf.unset("spark.sql.files.openCostInBytes")
@@ -88,13 +88,13 @@ def test_chunk_shows_documents_read_mid_task_with_rate_and_eta_and_ends_at_the_d
 
 @pytest.mark.timeout(300)
 def test_ingest_counts_the_files_read_and_ends_at_the_files_listed(spark, tmp_path, log):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     _write_inputs(tmp_path / "in")
     for i in range(40):
         (tmp_path / "in" / f"n{i:03d}.txt").write_text(f"Note {i}: the Porto hub logged crate {i} late.")
     ctx = _ctx(spark, tmp_path, [tmp_path / "in"], tables=("documents", "quarantine"))
-    steps.ingest(ctx)
+    run_stage(ctx, "ingest")
     lines = _lines(log.getvalue(), "ingest", "files")
     files = 8 + 40
     assert lines and lines[-1][:2] == (files, files) and "done in" in lines[-1][2], log.getvalue()

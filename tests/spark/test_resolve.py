@@ -90,10 +90,10 @@ def context(spark, tmp_path, units=UNITS, **overrides):
 
 @pytest.fixture(scope="module")
 def resolved(spark, tmp_path_factory):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     ctx = context(spark, tmp_path_factory.mktemp("resolved"))
-    res = steps.resolve(ctx)
+    res = run_stage(ctx, "resolve")
     ents = ctx.wh.read("entities").collect()
     by_alias = {a: e for e in ents for a in e["aliases"]}
     aliases = {r["mention"]: r for r in ctx.wh.read("entity_aliases").collect()}
@@ -129,10 +129,10 @@ def test_aliases_record_every_decision_and_a_merge_can_be_undone(resolved, spark
     assert emea["rejected_reason"] in ("below_band", "not_asked") and emea["rejected_score"] < 0.5
     assert aliases["paris hilton"]["rejected_reason"] in (None, "type_clash", "below_band")
     # Undo: mapping every mention back to exact_id gives exactly the exact-name entities.
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     exact_ctx = context(spark, tmp_path, **{"resolve.method": "exact"})
-    steps.resolve(exact_ctx)
+    run_stage(exact_ctx, "resolve")
     exact = {r["mention"]: r["entity_id"] for r in exact_ctx.wh.read("entity_aliases").collect()}
     assert {m: a["exact_id"] for m, a in aliases.items()} == exact
 
@@ -291,13 +291,13 @@ def test_adjudication_and_summaries_on_the_real_model(spark, tmp_path):
     """The step end to end with LLM adjudication and summaries on: Ray actors, the embedded
     llama.cpp server, the response cache. The 135M model's verdicts are not judged; that each
     band pair gets a recorded verdict (ok or parse_error), and a re-run is all cache hits, is."""
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     ctx = context(spark, tmp_path, **{"resolve.llm_adjudication": "true", "resolve.band_low": "0.0",
                                       "resolve.summarise_descriptions": "true",
                                       "resolve.max_description_chars": "100"})
     try:
-        res = steps.resolve(ctx)
+        res = run_stage(ctx, "resolve")
         assert res.rows["adjudicated"] >= 1 and res.rows["summarised"] >= 1
         assert res.usage is not None and res.usage.calls >= 2 and res.usage.errors == 0
         verdicts = ctx.spark.read.parquet(ctx.handoff("resolve", "adjudicate-out")).collect()
@@ -307,7 +307,7 @@ def test_adjudication_and_summaries_on_the_real_model(spark, tmp_path):
         long = [e for e in ctx.wh.read("entities").collect() if e["title"].lower().startswith("contoso pharm")
                 and len(" ".join(e["aliases"])) > 0]
         assert long and all(0 < len(e["description"]) <= 100 for e in long)
-        again = steps.resolve(ctx)
+        again = run_stage(ctx, "resolve")
         # The re-run pays for nothing: band verdicts are reused from resolve_pairs (the model is
         # not asked again) and the summaries come back from the response cache.
         assert again.rows["adjudicated"] == 0 and again.rows["adjudications_reused"] == res.rows["adjudicated"]

@@ -43,11 +43,11 @@ def _write_inputs(folder):
 
 
 def test_ingest_and_chunk_write_documents_quarantine_and_units(spark, tmp_path):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     _write_inputs(tmp_path / "in")
     ctx = _ctx(spark, tmp_path, [tmp_path / "in"])
-    res = steps.ingest(ctx)
+    res = run_stage(ctx, "ingest")
     q = {r["source_uri"].rsplit("/", 1)[-1]: r["reason"] for r in ctx.wh.read("quarantine").collect()}
     assert res.rows == {"documents": 3, "duplicates_collapsed": 1, "quarantined": 5}
     assert q == {"empty.md": "empty", "bin.txt": "binary", "latin.txt": "not_utf8", "huge.txt": "oversized",
@@ -56,7 +56,7 @@ def test_ingest_and_chunk_write_documents_quarantine_and_units(spark, tmp_path):
     assert set(docs) == {"a.md", "b.txt", "r.jsonl#r1"}  # dup.txt collapsed onto b.txt
     assert docs["r.jsonl#r1"]["access_domain"] == "finance" and docs["a.md"]["access_domain"] == "operations"
 
-    steps.chunk(ctx)
+    run_stage(ctx, "chunk")
     units = ctx.wh.read("text_units").collect()
     by_doc = {}
     for u in units:
@@ -66,13 +66,13 @@ def test_ingest_and_chunk_write_documents_quarantine_and_units(spark, tmp_path):
     assert sorted(u["ordinal"] for u in by_doc[docs["a.md"]["doc_id"]]) == list(range(len(by_doc[docs["a.md"]["doc_id"]])))
 
     # A second ingest of the same inputs changes nothing; removing a file soft-deletes its document.
-    steps.ingest(ctx)
+    run_stage(ctx, "ingest")
     assert ctx.wh.read("documents").count() == 3
     (tmp_path / "in" / "a.md").unlink()
-    steps.ingest(ctx)
+    run_stage(ctx, "ingest")
     deleted = {r["source_uri"].rsplit("/", 1)[-1] for r in ctx.wh.read("documents").where("deleted").collect()}
     assert deleted == {"a.md"}
-    steps.chunk(ctx)
+    run_stage(ctx, "chunk")
     assert docs["a.md"]["doc_id"] not in {r["doc_id"] for r in ctx.wh.read("text_units").collect()}
 
 
@@ -128,7 +128,7 @@ def test_resolve_merges_normalised_names_and_accumulates_weights(spark, warehous
 
 
 def test_communities_are_hierarchical_and_cover_every_entity(spark, warehouse, tmp_path):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
     from corpusgraph.tables import spark_schema
 
     # Two groups of 12 joined by one edge; each group is two 6-cliques tied by 18 edges. With
@@ -149,7 +149,7 @@ def test_communities_are_hierarchical_and_cover_every_entity(spark, warehouse, t
                                                      "storage.cache_dir": str(tmp_path / "c")})
     ctx = RunContext(cfg, spark)
     ctx.wh = warehouse
-    res = steps.communities(ctx)
+    res = run_stage(ctx, "communities")
     comms = warehouse.read("communities").collect()
     level0 = [c for c in comms if c["level"] == 0]
     assert sorted(len(c["entity_ids"]) for c in level0) == [12, 12]
@@ -162,5 +162,5 @@ def test_communities_are_hierarchical_and_cover_every_entity(spark, warehouse, t
     assert all(len(c["rel_ids"]) == 15 + 15 + 18 for c in level0)  # the bridge belongs to neither
     assert sorted(len(c["entity_ids"]) for c in comms if c["level"] == 1) == [6, 6, 6, 6]
     # Same graph, same seed: the same community ids.
-    steps.communities(ctx)
+    run_stage(ctx, "communities")
     assert {c["community_id"] for c in warehouse.read("communities").collect()} == set(by_id)

@@ -23,27 +23,27 @@ def _ctx(spark, tmp_path, name="wh", **overrides):
 
 
 def test_chunk_adds_units_of_new_documents_and_removes_those_of_deleted_ones(spark, tmp_path):
-    from corpusgraph import steps, update
+    from corpusgraph.pipeline import run_stage
 
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "a.md").write_text("The Lisbon hub reported late pickups by Castor Haulage. " * 6)
     (folder / "b.txt").write_text("Castor Haulage runs the night shift at the Porto hub.")
     ctx = _ctx(spark, tmp_path)
-    steps.ingest(ctx)
-    steps.chunk(ctx)
+    run_stage(ctx, "ingest")
+    run_stage(ctx, "chunk")
     before = {r["unit_id"]: r["doc_id"] for r in ctx.wh.read("text_units").collect()}
     (folder / "b.txt").write_text("Castor Haulage moved the night shift to the Braga hub.")  # changed
     (folder / "c.txt").write_text("Delta Freight opened an office in Faro.")  # new
     (folder / "a.md").unlink()  # deleted
-    steps.ingest(ctx)
-    res = update.chunk(ctx)
+    run_stage(ctx, "ingest")
+    res = run_stage(ctx, "chunk_incremental")
     assert {k: res.rows[k] for k in ("docs_added", "docs_changed", "docs_deleted")} == \
         {"docs_added": 1, "docs_changed": 1, "docs_deleted": 1}
     after = {r["unit_id"]: r["doc_id"] for r in ctx.wh.read("text_units").collect()}
     assert res.rows["units_removed"] == len(before) and res.rows["units_added"] == len(after) == 2
     # The same units as chunking the live documents from scratch.
-    steps.chunk(ctx)
+    run_stage(ctx, "chunk")
     assert {r["unit_id"] for r in ctx.wh.read("text_units").collect()} == set(after)
 
 
@@ -66,18 +66,18 @@ def _level0(wh):
 
 
 def test_small_change_keeps_the_partition_and_big_change_redetects(spark, tmp_path):
-    from corpusgraph import steps, update
+    from corpusgraph.pipeline import run_stage
 
     ctx = _ctx(spark, tmp_path)
     _graph(spark, ctx.wh)
-    steps.communities(ctx)
+    run_stage(ctx, "communities")
     old = _level0(ctx.wh)
     detected_q = {r["modularity"] for r in ctx.wh.read("communities").where("level = 0").collect()}
     assert set(old) == {frozenset(f"a{i}" for i in range(6)), frozenset(f"b{i}" for i in range(6))}
 
     # One new node tied to three of clique a: kept, placed with a; b's community keeps its id.
     _graph(spark, ctx.wh, ["n1"], [("n1", "a1"), ("n1", "a2"), ("n1", "a3")])
-    res = update.communities(ctx)
+    res = run_stage(ctx, "communities_incremental")
     assert res.rows["redetected"] == 0 and res.rows["new_nodes"] == 1
     assert res.rows["drift"] <= ctx.cfg.update.redetect_drift
     kept = _level0(ctx.wh)
@@ -91,11 +91,11 @@ def test_small_change_keeps_the_partition_and_big_change_redetects(spark, tmp_pa
     # and the result is exactly what a full communities step gives on that graph.
     dense = [(f"a{i}", f"b{j}") for i in range(6) for j in range(6) if (i + j) % 2 == 0]
     _graph(spark, ctx.wh, ["n1"], [("n1", "a1"), ("n1", "a2"), ("n1", "a3"), *dense])
-    res = update.communities(ctx)
+    res = run_stage(ctx, "communities_incremental")
     assert res.rows["redetected"] == 1 and res.rows["drift"] > ctx.cfg.update.redetect_drift
     mine = sorted((r.asDict(recursive=True) for r in ctx.wh.read("communities").collect()), key=lambda r: r["community_id"])
     ref = _ctx(spark, tmp_path, name="ref")
     _graph(spark, ref.wh, ["n1"], [("n1", "a1"), ("n1", "a2"), ("n1", "a3"), *dense])
-    steps.communities(ref)
+    run_stage(ref, "communities")
     assert mine == sorted((r.asDict(recursive=True) for r in ref.wh.read("communities").collect()),
                           key=lambda r: r["community_id"])

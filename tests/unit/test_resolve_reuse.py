@@ -107,21 +107,21 @@ def _scored_now(ctx):
 
 @pytest.mark.spark
 def test_a_second_resolve_scores_only_pairs_touching_the_changed_names(spark, tmp_path):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     ctx = _context(spark, tmp_path / "inc")
     _load(ctx, BASE)
-    first = steps.resolve(ctx)
+    first = run_stage(ctx, "resolve")
     assert first.rows["pairs_reused"] == 0 and first.rows["pairs_scored"] == first.rows["pairs"] > 0
     assert ctx.wh.read("resolve_pairs").count() == first.rows["pairs"]
 
     # Nothing changed: every pair is reused, none scored.
-    again = steps.resolve(ctx)
+    again = run_stage(ctx, "resolve")
     assert again.rows["pairs_scored"] == 0 and again.rows["pairs_reused"] == first.rows["pairs"]
 
     # One unit added: only pairs with an endpoint the new unit names are scored.
     _load(ctx, BASE + [ADDED])
-    added = steps.resolve(ctx)
+    added = run_stage(ctx, "resolve")
     touched = _node_ids(ctx, [ADDED])
     scored_now = _scored_now(ctx)
     assert len(scored_now) == added.rows["pairs_scored"] > 0
@@ -136,7 +136,7 @@ def test_a_second_resolve_scores_only_pairs_touching_the_changed_names(spark, tm
     removed_unit = BASE[2]
     final = [u for u in BASE if u is not removed_unit] + [ADDED]
     _load(ctx, final)
-    removed = steps.resolve(ctx)
+    removed = run_stage(ctx, "resolve")
     # Its two names occur nowhere else, so no surviving node changed: nothing to score, their pair dropped.
     assert removed.rows["pairs_scored"] == 0 and _scored_now(ctx) == set()
     assert removed.rows["pairs_dropped"] > 0 and removed.rows["pairs_reused"] == removed.rows["pairs"] > 0
@@ -145,11 +145,11 @@ def test_a_second_resolve_scores_only_pairs_touching_the_changed_names(spark, tm
     # The same units resolved from scratch give the same tables.
     fresh = _context(spark, tmp_path / "fresh")
     _load(fresh, final)
-    steps.resolve(fresh)
+    run_stage(fresh, "resolve")
     assert _tables(fresh) == incremental
     fresh2 = _context(spark, tmp_path / "fresh2")
     _load(fresh2, BASE + [ADDED])
-    steps.resolve(fresh2)
+    run_stage(fresh2, "resolve")
     assert _tables(fresh2) == with_added
     # the transliteration still merges across the old and the new unit
     by_alias = {a: e["entity_id"] for e in incremental["entities"] for a in e["aliases"]}
@@ -158,17 +158,17 @@ def test_a_second_resolve_scores_only_pairs_touching_the_changed_names(spark, tm
 
 @pytest.mark.spark
 def test_changed_weights_rescore_every_pair_and_exact_writes_no_pairs(spark, tmp_path):
-    from corpusgraph import steps
+    from corpusgraph.pipeline import run_stage
 
     ctx = _context(spark, tmp_path / "w")
     _load(ctx, BASE)
-    first = steps.resolve(ctx)
+    first = run_stage(ctx, "resolve")
     w = {**ctx.cfg.resolve.weights, "name": 2.9}
     other = _context(spark, tmp_path / "w", **{"resolve.weights": w})
-    res = steps.resolve(other)
+    res = run_stage(other, "resolve")
     assert res.rows["pairs_reused"] == 0 and res.rows["pairs_scored"] == first.rows["pairs"]
     exact = _context(spark, tmp_path / "exact", **{"resolve.method": "exact"})
     _load(exact, BASE)
-    out = steps.resolve(exact)
+    out = run_stage(exact, "resolve")
     assert "pairs" not in out.rows and exact.wh.read("resolve_pairs").count() == 0
     assert out.rows["entities"] == len({e for e in _node_ids(exact, BASE)})

@@ -1,4 +1,4 @@
-"""Resolution, part 4: the two LLM tasks, run on Ray by steps.resolve through ray_runner.
+"""Resolution, part 4: the two LLM tasks, sent by resolve_run.py through the step's LLM pass on Ray.
 
 AdjudicateTask asks, for each pair in the ambiguous band, whether the two names are one
 entity: a schema-constrained {"same": bool, "reason": str} answer. SummariseTask merges the
