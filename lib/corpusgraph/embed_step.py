@@ -24,7 +24,7 @@ from .config import EmbeddingSection, RaySection, StorageSection
 from .handoff import save
 from .run import StageContext, StageResult
 from .progress import Work
-from .ray_runner import run_embed_task
+from .ray_embed import run_embed_task
 from .stages import embed as embed_stage
 from .tables import spark_schema
 
@@ -110,7 +110,7 @@ def _embed_pending(st: StageContext, pending, sec: EmbeddingSection, ray: RaySec
 
 def embed(st: StageContext, *, embeddings: EmbeddingSection, ray: RaySection, storage: StorageSection) -> StageResult:
     from .query.ann import IndexParams
-    from .ray_runner import init_ray
+    from .ray_pass import init_ray
 
     sec, read = embeddings, st.tables.read
     items = embed_stage.embedding_items(read("text_units"), read("entities"), read("community_reports"),
