@@ -49,7 +49,7 @@ def _lines(text: str, stage: str, unit: str) -> list[tuple[int, int, str]]:
 def test_chunk_shows_documents_read_mid_task_with_rate_and_eta_and_ends_at_the_documents(spark, tmp_path, log):
     from pyspark.sql import functions as F
 
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph import steps
     from corpusgraph.tables import spark_schema
 
     from types import SimpleNamespace
@@ -57,8 +57,8 @@ def test_chunk_shows_documents_read_mid_task_with_rate_and_eta_and_ends_at_the_d
     from corpusgraph.config import ChunkSection
     from corpusgraph.delta_io import Warehouse
 
-    # Only what chunk reads: its settings and the documents table (written below).
-    ctx = SimpleNamespace(spark=spark, wh=Warehouse(spark, str(tmp_path / "wh")), cfg=SimpleNamespace(chunk=ChunkSection()))
+    # Only what chunk gets: its tables (the documents table, written below) and its section.
+    ctx = SimpleNamespace(spark=spark, wh=Warehouse(spark, str(tmp_path / "wh")))
     text = F.concat(F.lit("Castor Haulage moved crate "), F.col("id").cast("string"),
                     F.lit(" from the Lisbon hub to Porto; the night shift signed for it. " * 6))
     cols = {"doc_id": F.format_string("d%07d", "id"), "text": text, "deleted": F.lit(False)}
@@ -70,7 +70,7 @@ def test_chunk_shows_documents_read_mid_task_with_rate_and_eta_and_ends_at_the_d
     spark.conf.set("spark.sql.files.openCostInBytes", str(128 << 20))
     try:
         t0 = time.monotonic()
-        run_stage(ctx, "chunk")
+        steps.chunk(SimpleNamespace(spark=spark, tables=ctx.wh), chunk=ChunkSection())
         seconds = time.monotonic() - t0
     finally:
         spark.conf.unset("spark.sql.files.openCostInBytes")
