@@ -1,9 +1,10 @@
 """`corpusgraph serve`: run the query service under uvicorn.
 
 corpusgraph/cli.py adds the command with `add_serve_command(subparsers)`. The config is loaded
-by the CLI's own loader (the one place that hands the process environment to ${VAR}
-substitution), so nothing in `serving/` reads the environment. The config's `serve` section
-holds the settings (keys too, as ${VAR}s); the options here override it for one run.
+by the command line's loader (corpusgraph.cli_common, the one place that hands the process
+environment to ${VAR} substitution), so nothing in `serving/` reads the environment. The
+config's `serve` section holds the settings (keys too, as ${VAR}s); the options here override
+it for one run.
 """
 
 from __future__ import annotations
@@ -23,17 +24,17 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 def add_serve_command(subparsers, config_loader: Callable[[argparse.Namespace], Any] | None = None):
     """Add `serve` to an argparse subparsers object; returns its parser.
 
-    config_loader(args) -> Config; default: corpusgraph.cli's loader (--conf, --set, ${VAR}s
-    from the environment), imported when the command runs to keep the two modules acyclic.
+    config_loader(args) -> Config; default: the command line's loader (--conf, --set, ${VAR}s
+    from the environment, corpusgraph.cli_common).
     """
+    from corpusgraph.cli_common import add_config_options
+
     sp = subparsers.add_parser(
         "serve", help="run the query service (FastAPI; OpenAPI at /docs)",
         description="Serve POST /v1/query, GET /v1/entities/{id}, GET /v1/communities, /healthz, /readyz and "
         "/metrics over the built index. Defaults come from the config's `serve` section.",
     )
-    sp.add_argument("--conf", default="conf/local.yaml", help="config file (default: conf/local.yaml)")
-    sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config value, e.g. --set query.top_k_units=8 (repeatable)")
+    add_config_options(sp, "override a config value, e.g. --set query.top_k_units=8 (repeatable)")
     sp.add_argument("--host", help="interface to listen on (serve.host, 127.0.0.1; 0.0.0.0 only with API keys)")
     sp.add_argument("--port", type=int, help="port (serve.port, 8080)")
     sp.add_argument("--api-key", action="append", default=[], dest="api_keys", metavar="KEY",
@@ -85,7 +86,7 @@ def cmd_serve(args: argparse.Namespace, config_loader=None) -> int:
     from serving.app import create_app
 
     if config_loader is None:
-        from corpusgraph.cli import _config as config_loader
+        from corpusgraph.cli_common import config_from_args as config_loader
     config = config_loader(args)
     settings = settings_from_args(args, config)
     host = args.host or config.serve.host
