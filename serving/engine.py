@@ -33,22 +33,12 @@ EngineFactory = Callable[[ServiceSettings], Union[QueryEngine, AbstractContextMa
 @contextmanager
 def default_engine_factory(settings: ServiceSettings) -> Iterator[QueryEngine]:
     """Open the engine the config describes; start and later stop the embedded model server."""
-    from corpusgraph.cli import open_query_engine
+    from corpusgraph.llm.chat_endpoint import ChatEndpoint
+    from corpusgraph.query.open import open_query_engine
 
     cfg = settings.resolve_config()
-    with ExitStack() as stack:
-        base_url = cfg.llm.api_base
-        if cfg.llm.backend == "embedded":
-            from corpusgraph.llm.server import EmbeddedServer
-
-            server = EmbeddedServer(
-                log_path=Path(cfg.storage.cache_dir) / "embedded-server-serve.log",
-                model_alias=cfg.llm.model,
-                n_ctx=cfg.llm.n_ctx,
-            )
-            stack.enter_context(server)
-            base_url = server.base_url
-        engine = open_query_engine(cfg, base_url)
+    with ChatEndpoint(cfg.llm, Path(cfg.storage.cache_dir) / "embedded-server-serve.log") as endpoint:
+        engine = open_query_engine(cfg, endpoint.url())
         # The embedder loads its weights on first use; do it now so "ready" means ready and
         # the first caller does not pay for it inside their timeout.
         engine.embedder.embed(["warm-up"])
