@@ -14,9 +14,9 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # never executed: the command imports the app only when it runs
-    from serving.settings import ServiceSettings
+    from corpusgraph.config import Config, ServeKey
 
-__all__ = ["add_serve_command", "settings_from_args", "uvicorn_limits"]
+__all__ = ["add_serve_command", "apply_options", "uvicorn_limits"]
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -51,9 +51,10 @@ def add_serve_command(subparsers, config_loader: Callable[[argparse.Namespace], 
     return sp
 
 
-def settings_from_args(args: argparse.Namespace, config) -> ServiceSettings:
-    """The ServiceSettings the config's `serve` section and the options ask for; options win."""
-    from serving.settings import ALL_DOMAINS, ServeKey, ServiceSettings, read_key_file
+def apply_options(args: argparse.Namespace, config: Config) -> tuple[Config, list[ServeKey]]:
+    """The config with the options that override its `serve` section applied (options win), and
+    the API keys the options add to the section's."""
+    from serving.keys import ALL_DOMAINS, ServeKey, read_key_file
 
     keys = [ServeKey(name=f"cli-{i}", key=k, domains=[ALL_DOMAINS]) for i, k in enumerate(args.api_keys, 1)]
     keys += read_key_file(args.api_key_file) if args.api_key_file else []
@@ -62,7 +63,10 @@ def settings_from_args(args: argparse.Namespace, config) -> ServiceSettings:
         for name in ("request_timeout_s", "max_concurrent_queries")
         if getattr(args, name) is not None
     }
-    return ServiceSettings.from_config(config, api_keys=keys, **chosen)
+    if chosen:  # validated as the section is, so --timeout -1 is refused like serve.request_timeout_s: -1
+        serve = type(config.serve).model_validate({**config.serve.model_dump(), **chosen})
+        config = config.model_copy(update={"serve": serve})
+    return config, keys
 
 
 def _one_thread_per_request() -> None:
@@ -87,16 +91,16 @@ def cmd_serve(args: argparse.Namespace, config_loader=None) -> int:
 
     if config_loader is None:
         from corpusgraph.cli_common import config_from_args as config_loader
-    config = config_loader(args)
-    settings = settings_from_args(args, config)
+    config, keys = apply_options(args, config_loader(args))
     host = args.host or config.serve.host
     port = config.serve.port if args.port is None else args.port
-    if not settings.api_keys and host not in _LOOPBACK:
+    app = create_app(config, extra_keys=keys)
+    if not app.state.keys and host not in _LOOPBACK:
         print(f"corpusgraph serve: warning: listening on {host} with no API key; anyone who can "
               "reach this port can query every domain of the index (set serve.api_keys)", file=sys.stderr)
     # One worker: the app holds one engine (and maybe one model server) per process. The app
     # object, not an import string, so uvicorn cannot start a second copy of it.
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level,
+    uvicorn.run(app, host=host, port=port, log_level=args.log_level,
                 timeout_graceful_shutdown=10, **uvicorn_limits(config.serve))
     return 0
 

@@ -13,10 +13,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from pydantic import BaseModel, Field
 
+from corpusgraph.config import ServeSection
 from corpusgraph.query.store import IndexStore
 from serving.deps import get_index_version, get_view
 from serving.routers.query import Problem  # one error schema in the OpenAPI document
-from serving.settings import ServiceSettings
 
 __all__ = ["build_router"]
 
@@ -152,7 +152,7 @@ def _listing_order(store: IndexStore, level: int | None) -> list[str]:
     return cached[level]
 
 
-def build_router(settings: ServiceSettings) -> APIRouter:
+def build_router(settings: ServeSection) -> APIRouter:
     router = APIRouter(tags=["graph"], responses={
         401: {"model": Problem, "description": "Missing or wrong API key (only when keys are set)"},
         403: {"model": Problem, "description": "X-Access-Domains names a domain the key may not read"},

@@ -53,9 +53,13 @@ class CountingFactory:
 
 
 def settings(**kw):
-    from serving import ServiceSettings
+    """A default config whose serve section holds `kw`; a plain string in api_keys is a key for
+    every domain."""
+    from corpusgraph.config import ServeSection
 
-    return ServiceSettings(config=Config(), **kw)
+    keys = [{"name": f"key-{i}", "key": k, "domains": ["*"]} if isinstance(k, str) else k
+            for i, k in enumerate(kw.pop("api_keys", []), 1)]
+    return Config(serve=ServeSection(api_keys=keys, **kw))
 
 
 def wait_ready(client, timeout_s: float = 30.0):
@@ -154,22 +158,22 @@ def _fake_embedding_endpoint(server) -> dict[str, str]:
 def test_default_factory_opens_the_configured_index(built, tmp_path):
     """The real factory (config file, IndexStore, HTTP embedder, HTTP chat model), with no model
     server: the chat backend is pointed at a port nothing listens on and is never called."""
-    from serving import ServiceSettings, create_app
+    from corpusgraph.config import load_config
+    from serving import create_app
     from tests.unit.embed_server import EmbedServer
     from tests.unit.query_fixtures import DIM
 
     wh, index_dir = built
     overrides = {"storage.warehouse": wh, "storage.index_dir": index_dir, "storage.cache_dir": str(tmp_path),
                  "llm.backend": "openai", "llm.api_base": "http://127.0.0.1:9/v1"}
-    refused = create_app(ServiceSettings(config_path=str(REPO / "conf" / "local.yaml"), config_overrides=overrides))
+    refused = create_app(load_config(REPO / "conf" / "local.yaml", overrides, env={}))
     with TestClient(refused) as client:  # the bundled MiniLM did not build this index
         deadline = time.monotonic() + 120
         while (failed := client.get("/readyz")).json()["status"] == "loading" and time.monotonic() < deadline:
             time.sleep(0.05)
         assert failed.status_code == 503 and "built with embedding model 'fake-bow-64'" in failed.json()["error"]
-    with EmbedServer(dim=DIM, model="fake-bow-64") as emb, TestClient(create_app(ServiceSettings(
-            config_path=str(REPO / "conf" / "local.yaml"),
-            config_overrides={**overrides, **_fake_embedding_endpoint(emb)}))) as client:
+    with EmbedServer(dim=DIM, model="fake-bow-64") as emb, TestClient(create_app(load_config(
+            REPO / "conf" / "local.yaml", {**overrides, **_fake_embedding_endpoint(emb)}, env={}))) as client:
         ready = wait_ready(client, timeout_s=120)
         assert ready.status_code == 200, ready.text
         assert ready.json()["tables"]["documents"] == 8
@@ -594,7 +598,7 @@ def test_serving_never_imports_pyspark_and_imports_lazily():
         "import sys, serving, serving.cli_serve; "
         "assert 'fastapi' not in sys.modules and 'uvicorn' not in sys.modules; "
         "from corpusgraph.config import Config; "
-        "serving.create_app(serving.ServiceSettings(config=Config())); "
+        "serving.create_app(Config()); "
         "assert 'pyspark' not in sys.modules, 'serving imported pyspark'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=120)
@@ -624,13 +628,13 @@ def test_serve_command_builds_settings_from_the_serve_section_and_options(monkey
                               "--timeout", "5"])
     assert args.func(args) == 0
     assert isinstance(seen["app"], FastAPI) and (seen["host"], seen["port"]) == ("0.0.0.0", 7000)
-    chosen = seen["app"].state.settings
-    assert [(k.name, k.key.get_secret_value(), k.domains) for k in chosen.api_keys] == [
+    chosen, keys = seen["app"].state.settings, seen["app"].state.keys
+    assert [(k.name, k.key.get_secret_value(), k.domains) for k in keys.keys] == [
         ("ops-app", "from-env", ["ops"]), ("cli-1", "a", ["*"]), ("keys:2", "from-file", ["ops", "legal"]),
         ("keys:4", "admin-file", ["*"])]
     assert chosen.request_timeout_s == 5 and chosen.max_concurrent_queries == 4  # option wins; default kept
-    assert chosen.domain_sets() == {frozenset({"ops"}), frozenset({"ops", "legal"})}
-    assert "from-env" not in repr(conf) and "from-env" not in repr(chosen)
+    assert keys.domain_sets() == {frozenset({"ops"}), frozenset({"ops", "legal"})}
+    assert "from-env" not in repr(conf) and "from-env" not in repr(chosen) and "from-env" not in repr(keys)
 
     args = parser.parse_args(["serve"])
     args.func(args)
@@ -644,7 +648,8 @@ def test_serve_command_builds_settings_from_the_serve_section_and_options(monkey
 
 
 def test_a_key_file_line_without_domains_is_refused_naming_the_line_not_the_key(tmp_path):
-    from serving.settings import read_key_file
+    from serving import create_app
+    from serving.keys import read_key_file
 
     keys = tmp_path / "keys"
     keys.write_text("good-key ops\nbare-secret-key\n")
@@ -653,4 +658,5 @@ def test_a_key_file_line_without_domains_is_refused_naming_the_line_not_the_key(
         read_key_file(str(keys))
     assert f"{keys}:2" in str(err.value) and "bare-secret-key" not in str(err.value)
     with pytest.raises(ValueError, match="same API key"):
-        settings(api_keys=[{"name": "a", "key": "k", "domains": ["x"]}, {"name": "b", "key": "k", "domains": ["y"]}])
+        create_app(settings(api_keys=[{"name": "a", "key": "k", "domains": ["x"]},
+                                      {"name": "b", "key": "k", "domains": ["y"]}]))
