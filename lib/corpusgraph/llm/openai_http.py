@@ -22,7 +22,8 @@ from typing import Any, Callable, Literal, Sequence
 import httpx
 
 from corpusgraph.llm.base import ChatRequest, ChatResult, seconds_left
-from corpusgraph.llm.cache import ResponseCache, cache_key
+from corpusgraph.llm.cache import ResponseCache
+from corpusgraph.llm.chat_cache import from_stored, lookup, request_key, stored
 from corpusgraph.llm.connections import ClientSet, LoopClients
 from corpusgraph.llm.endpoints import EndpointPool, Lease, estimate_tokens
 
@@ -145,18 +146,13 @@ class OpenAIChatModel:
         """The batch on the caller's loop; overlapping calls share the instance's limits."""
         requests = list(requests)
         keys = [self._key(r) for r in requests]
-        hits: dict[str, dict] = {}
-        if self.cache is not None and requests:
-            try:
-                # SQLite may wait on another process's lock; keep the loop free meanwhile.
-                hits = await asyncio.to_thread(self.cache.get_many, keys)
-            except Exception:  # a broken cache costs money, not correctness
-                hits = {}
+        # SQLite may wait on another process's lock; keep the loop free meanwhile.
+        hits = await asyncio.to_thread(lookup, self.cache, keys) if self.cache is not None and keys else {}
         results: list[ChatResult | None] = [None] * len(requests)
         todo: list[int] = []
         for i, (req, key) in enumerate(zip(requests, keys)):
             if key in hits:
-                results[i] = self._from_cache(req, hits[key])
+                results[i] = from_stored(req, hits[key])
                 self._told()
             else:
                 todo.append(i)
@@ -190,14 +186,8 @@ class OpenAIChatModel:
         result.seconds = time.monotonic() - start
         self._told()
         if result.error is None and self.cache is not None:
-            value = {
-                "text": result.text,
-                "tokens_in": result.tokens_in,
-                "tokens_out": result.tokens_out,
-                "finish_reason": result.finish_reason,
-            }
             try:
-                await asyncio.to_thread(self.cache.put, key, value)
+                await asyncio.to_thread(self.cache.put, key, stored(result))
             except Exception:
                 pass  # the answer is still good; it will just be paid for again next run
         return result
@@ -289,7 +279,7 @@ class OpenAIChatModel:
 
     # -- building --------------------------------------------------------------------------------
     def _key(self, req: ChatRequest) -> str:
-        return cache_key(self.model, req.messages, req.max_tokens, req.temperature, req.json_schema)
+        return request_key(self.model, req)
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -297,16 +287,6 @@ class OpenAIChatModel:
     def _body(self, req: ChatRequest) -> dict[str, Any]:
         return request_body(self.model, req, self.schema_style)
 
-    @staticmethod
-    def _from_cache(req: ChatRequest, value: dict) -> ChatResult:
-        return ChatResult(
-            id=req.id,
-            text=value.get("text"),
-            tokens_in=int(value.get("tokens_in") or 0),
-            tokens_out=int(value.get("tokens_out") or 0),
-            cached=True,
-            finish_reason=value.get("finish_reason"),
-        )
 
 
 def request_body(model: str, req: ChatRequest, style: SchemaStyle = "openai") -> dict[str, Any]:
