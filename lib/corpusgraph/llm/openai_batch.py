@@ -40,7 +40,8 @@ from corpusgraph.llm.base import ChatRequest, ChatResult
 from corpusgraph.llm.batch_records import BatchRecords, line_outcome
 from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.chat_cache import from_stored, lookup, request_key
-from corpusgraph.llm.openai_http import SchemaStyle, _retry_after, _server_message, request_body
+from corpusgraph.llm.http_common import retry_after, server_message
+from corpusgraph.llm.openai_http import SchemaStyle, request_body
 
 __all__ = ["OpenAIBatchChatModel", "BatchRecords", "BatchAPIError", "ENDPOINT"]
 
@@ -326,10 +327,10 @@ class OpenAIBatchChatModel:
             else:
                 if 200 <= resp.status_code < 300:
                     return resp
-                why = f"HTTP {resp.status_code}: {_server_message(resp)}"
+                why = f"HTTP {resp.status_code}: {server_message(resp)}"
                 if resp.status_code != 429 and resp.status_code < 500:
                     raise BatchAPIError(f"{method} {path}: {why}")
-                wait = _retry_after(resp)
+                wait = retry_after(resp)
             if attempt < tries - 1:
                 time.sleep(min(wait if wait is not None else random.uniform(0, min(30.0, 0.5 * 2**attempt)), 120.0))
         raise BatchAPIError(f"{method} {path}: {why} (gave up after {tries} attempts)", retryable=True)
