@@ -12,11 +12,15 @@ import random
 import ssl
 import threading
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
 import httpx
 
-__all__ = ["RETRY_AFTER_CAP_S", "Retryable", "Fatal", "post", "backoff_delay", "new_http_client", "run_blocking",
+from corpusgraph.llm.cache import ResponseCache
+from corpusgraph.llm.connections import LoopClients
+from corpusgraph.llm.endpoints import EndpointPool
+
+__all__ = ["EndpointClient", "RETRY_AFTER_CAP_S", "Retryable", "Fatal", "post", "backoff_delay", "new_http_client", "run_blocking",
            "server_message", "error_message", "retry_after"]
 
 _T = TypeVar("_T")
@@ -111,6 +115,36 @@ def run_blocking(make: Callable[[], Awaitable[_T]], thread_name: str) -> _T:
     if failure:
         raise failure[0]
     return box[0]
+
+
+class EndpointClient:
+    """What a client of OpenAI-compatible endpoints holds, chat or embeddings: the EndpointPool
+    over `base_url` (one URL or several), whose limits hold per instance, i.e. per process or
+    Ray actor; the key, timeout, retries and backoff of its requests; its response cache; and
+    its httpx clients per event loop."""
+
+    def __init__(self, model: str, base_url: str | Sequence[str], api_key: str | None, concurrency: int,
+                 timeout_s: float, max_retries: int, cache: ResponseCache | None,
+                 max_in_flight_per_endpoint: int | None, tokens_per_minute: int | None,
+                 backoff_base_s: float, backoff_max_s: float) -> None:
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self.model = model
+        self.pool = EndpointPool(urls, max_in_flight=concurrency, max_in_flight_per_endpoint=max_in_flight_per_endpoint,
+                                 tokens_per_minute=tokens_per_minute)
+        self.api_key = api_key
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.cache = cache
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self._http = LoopClients()
+
+    def _delay(self, attempt: int, retry_after_s: float | None) -> float:
+        return backoff_delay(attempt, retry_after_s, self.backoff_base_s, self.backoff_max_s)
+
+    def _new_client(self, max_connections: int, tls: ssl.SSLContext) -> httpx.AsyncClient:
+        return new_http_client(max_connections, tls, self.timeout_s, self.api_key)
 
 
 def server_message(resp: httpx.Response) -> str:

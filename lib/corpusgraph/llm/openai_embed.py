@@ -24,7 +24,6 @@ import asyncio
 import base64
 import hashlib
 import json
-import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,9 +33,8 @@ import httpx
 import numpy as np
 
 from corpusgraph.llm.cache import ResponseCache
-from corpusgraph.llm.connections import ClientSet, LoopClients
-from corpusgraph.llm.endpoints import EndpointPool
-from corpusgraph.llm.http_common import Fatal, Retryable, backoff_delay, new_http_client, post, run_blocking
+from corpusgraph.llm.connections import ClientSet
+from corpusgraph.llm.http_common import EndpointClient, Fatal, Retryable, post, run_blocking
 
 __all__ = ["OpenAIEmbedder", "EmbeddingError", "EmbedOutcome", "embedding_cache_key"]
 
@@ -78,7 +76,7 @@ class EmbedOutcome:
         return sum(1 for e in self.errors if e is not None)
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(EndpointClient):
     """`Embedder` over one or several OpenAI-compatible endpoints; limits hold per instance
     (per process or Ray actor), as for `OpenAIChatModel`."""
 
@@ -100,22 +98,12 @@ class OpenAIEmbedder:
     ) -> None:
         if batch_size < 1 or concurrency < 1:
             raise ValueError("batch_size and concurrency must be at least 1")
-        urls = [base_url] if isinstance(base_url, str) else list(base_url)
-        self.model = model
-        self.pool = EndpointPool(urls, max_in_flight=concurrency, max_in_flight_per_endpoint=max_in_flight_per_endpoint,
-                                 tokens_per_minute=tokens_per_minute)
-        self.api_key = api_key
+        super().__init__(model, base_url, api_key, concurrency, timeout_s, max_retries, cache,
+                         max_in_flight_per_endpoint, tokens_per_minute, backoff_base_s, backoff_max_s)
         self.batch_size = batch_size
-        self.concurrency = concurrency
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.cache = cache
         self.max_input_chars = max_input_chars
-        self.backoff_base_s = backoff_base_s
-        self.backoff_max_s = backoff_max_s
         self.dim: int | None = None  # fixed by the first answer
         self._dim_lock = threading.Lock()
-        self._http = LoopClients()
 
     def __repr__(self) -> str:  # no key: reprs end up in logs
         return f"OpenAIEmbedder(model={self.model!r}, base_url={self.pool.urls!r}, dim={self.dim})"
@@ -245,7 +233,7 @@ class OpenAIEmbedder:
                 self.pool.release(lease, used, reachable)
             if not reachable and self.pool.any_healthy():
                 continue
-            await asyncio.sleep(backoff_delay(attempt, wait, self.backoff_base_s, self.backoff_max_s))
+            await asyncio.sleep(self._delay(attempt, wait))
         raise AssertionError("unreachable")
 
     async def _post(self, client: httpx.AsyncClient, url: str, body: dict, n: int) -> tuple[list[np.ndarray], int]:
@@ -289,8 +277,6 @@ class OpenAIEmbedder:
             raise Fatal(f"the endpoint answered {sorted(dims)}-dimensional vectors; earlier answers had {self.dim}")
         return out, tokens
 
-    def _new_client(self, max_connections: int, tls: ssl.SSLContext) -> httpx.AsyncClient:
-        return new_http_client(max_connections, tls, self.timeout_s, self.api_key)
 
 
 def _as_vector(raw: Any) -> np.ndarray | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 import time
 from typing import Any, Callable, Literal, Sequence
 
@@ -20,9 +19,9 @@ import httpx
 from corpusgraph.llm.base import ChatRequest, ChatResult, seconds_left
 from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.chat_cache import from_stored, lookup, request_key, stored
-from corpusgraph.llm.connections import ClientSet, LoopClients
-from corpusgraph.llm.endpoints import EndpointPool, Lease, estimate_tokens
-from corpusgraph.llm.http_common import Fatal, Retryable, backoff_delay, new_http_client, post, run_blocking
+from corpusgraph.llm.connections import ClientSet
+from corpusgraph.llm.endpoints import Lease, estimate_tokens
+from corpusgraph.llm.http_common import EndpointClient, Fatal, Retryable, post, run_blocking
 
 __all__ = ["OpenAIChatModel", "SchemaStyle", "request_body", "parse_completion_body", "response_format"]
 
@@ -36,7 +35,7 @@ async def _within(awaitable, left: float | None):
     return await (awaitable if left is None else asyncio.wait_for(awaitable, max(left, 0.0)))
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(EndpointClient):
     """A chat client over one endpoint or several (`base_url` a URL or a list of URLs).
 
     Limits hold per instance, i.e. per process or Ray actor, across every batch and thread
@@ -65,22 +64,11 @@ class OpenAIChatModel:
             raise ValueError(f"schema_style must be 'openai' or 'llama_cpp', not {schema_style!r}")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        urls = [base_url] if isinstance(base_url, str) else list(base_url)
-        self.model = model
-        self.pool = EndpointPool(urls, max_in_flight=concurrency,
-                                 max_in_flight_per_endpoint=max_in_flight_per_endpoint,
-                                 tokens_per_minute=tokens_per_minute)
+        super().__init__(model, base_url, api_key, concurrency, timeout_s, max_retries, cache,
+                         max_in_flight_per_endpoint, tokens_per_minute, backoff_base_s, backoff_max_s)
         self.base_urls = self.pool.urls
         self.base_url = self.base_urls[0]  # the only one, in the common single-endpoint case
-        self.api_key = api_key
-        self.concurrency = concurrency
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.cache = cache
         self.schema_style = schema_style
-        self.backoff_base_s = backoff_base_s
-        self.backoff_max_s = backoff_max_s
-        self._http = LoopClients()
         # Told of every result as it comes (an answer, an error or a cache hit): the Ray runner's
         # progress count (ray_runner._LLMWorker). Never raises into the batch.
         self.on_result: Callable[[], None] | None = None
@@ -180,9 +168,6 @@ class OpenAIChatModel:
                 await asyncio.sleep(delay if left is None else max(0.0, min(delay, left)))
         raise AssertionError("unreachable")
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        return backoff_delay(attempt, retry_after, self.backoff_base_s, self.backoff_max_s)
-
     async def _attempt(self, client: httpx.AsyncClient, lease: Lease, req: ChatRequest,
                        body: dict[str, Any]) -> ChatResult:
         """One attempt on the leased endpoint; the lease goes back with what it cost."""
@@ -206,9 +191,6 @@ class OpenAIChatModel:
                     body: dict[str, Any]) -> ChatResult:
         resp = await post(client, f"{base_url}/chat/completions", body, self.timeout_s)
         return _parse_completion(req.id, resp)
-
-    def _new_client(self, max_connections: int, tls: ssl.SSLContext) -> httpx.AsyncClient:
-        return new_http_client(max_connections, tls, self.timeout_s, self.api_key)
 
     # -- building --------------------------------------------------------------------------------
     def _key(self, req: ChatRequest) -> str:
