@@ -73,9 +73,9 @@ def _one_thread_per_request() -> None:
     """Pin numpy's BLAS and FAISS to one thread each, before either loads.
 
     The service answers many small requests at once; a BLAS pool per request oversubscribes the
-    cores. Measured under load on 2 cores (tests/benchmarks/test_service_load.py): a MiniLM
-    question embedding took 1.34 s with the default pools and 0.10 s with one thread. A value the
-    operator set in the environment is kept.
+    cores, and a question's MiniLM embedding then slows down many times over under load (the
+    service load benchmark, tests/benchmarks/test_service_load.py, runs with one thread each).
+    A value the operator set in the environment is kept.
     """
     import os
 

@@ -1,8 +1,9 @@
 """A ChatModel for any OpenAI-compatible chat endpoint (vllm serve, OpenAI, llama.cpp, Ollama).
 
-All retry, backoff and caching policy lives here, in one place (STYLE.md item 8); where each
-attempt goes and when it may go (concurrency, per-endpoint limits, tokens per minute, failover)
-is the EndpointPool's (endpoints.py). Every request of a batch ends as exactly one ChatResult,
+The retry, backoff and caching policy of a chat request lives here and in http_common.py
+(shared with the embeddings client), nowhere else; where each attempt goes and when it may go
+(concurrency, per-endpoint limits, tokens per minute, failover) is the EndpointPool's
+(endpoints.py). Every request of a batch ends as exactly one ChatResult,
 in input order; nothing a single request does (a 400, a hang, a garbage body) raises out of
 `complete`.
 """
