@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from fastapi import Depends, Header, HTTPException, Request, Response, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from corpusgraph.config import ServeSection
 from corpusgraph.query.engine import QueryEngine
 from corpusgraph.query.store import IndexStore
-from corpusgraph.config import ServeSection
 from serving.engine import EngineHolder, Loaded
 from serving.keys import ApiKeys, key_domains
 from serving.limits import RateLimiter
