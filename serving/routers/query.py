@@ -1,6 +1,6 @@
-"""POST /v1/query: one question in, one `Answer` out (DESIGN.md section 6).
+"""POST /v1/query: one question in, one `Answer` out, with its citations.
 
-The request model is built per app from the settings, so the limits a deployment sets
+The request model is built per app from the config's serve section, so the limits a deployment sets
 (question length, top_k) are enforced as 422s by validation and shown in the OpenAPI schema.
 The engine's `ask` is blocking (FAISS, numpy, HTTP to the model); it runs on the app's worker
 threads so the event loop keeps serving /readyz and other callers meanwhile.
@@ -18,11 +18,11 @@ from typing import Literal
 from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from corpusgraph.config import ServeSection
 from corpusgraph.query.answer import Answer
 from corpusgraph.query.engine import METHODS, QueryEngine
 from corpusgraph.query.store import IndexMissingError
 from serving.deps import Caller, get_engine, get_index_version, get_settings, require_api_key
-from serving.settings import ServiceSettings
 
 __all__ = ["build_router", "Problem", "ServedAnswer"]
 
@@ -46,7 +46,7 @@ def _served(answer: Answer, version: str | None) -> ServedAnswer:
     return ServedAnswer(**kept, index_version=version)
 
 
-def build_router(settings: ServiceSettings) -> APIRouter:
+def build_router(settings: ServeSection) -> APIRouter:
     router = APIRouter(tags=["query"])
 
     class QueryRequest(BaseModel):
@@ -87,7 +87,7 @@ def build_router(settings: ServiceSettings) -> APIRouter:
         request: Request,
         caller: Caller = Depends(require_api_key),
         engine: QueryEngine = Depends(get_engine),
-        settings: ServiceSettings = Depends(get_settings),
+        settings: ServeSection = Depends(get_settings),
         version: str | None = Depends(get_index_version),
     ) -> ServedAnswer:
         """The answer, the method used (and why, for auto), citations down to text units and

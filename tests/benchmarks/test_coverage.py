@@ -289,7 +289,7 @@ def coverage_chart(dynamic: dict, dynamic_rows: list[dict], levels: list[dict], 
 
 @pytest.mark.skipif(not (PODCAST / "questions.jsonl").is_file(), reason=f"podcast data not found under {PODCAST}")
 def test_podcast_coverage_against_tokens(spark):
-    from corpusgraph.cli import open_query_engine
+    from corpusgraph.query.open import open_query_engine
     from tests.benchmarks.test_retrieval import _read_jsonl
 
     questions = _read_jsonl(PODCAST / "questions.jsonl")

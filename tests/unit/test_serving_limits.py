@@ -292,7 +292,7 @@ def test_oversized_headers_are_refused(slow_limits_server):
 
 def test_a_key_file_others_can_read_is_refused_naming_the_path_and_the_fix(tmp_path, capsys):
     from corpusgraph.cli import main
-    from serving.settings import read_key_file
+    from serving.keys import read_key_file
 
     keys = tmp_path / "keys"
     keys.write_text("the-secret-key *\n")
