@@ -56,8 +56,8 @@ from typing import Sequence
 import numpy as np
 
 from corpusgraph.query.adaptive import entity_share, keep_dense, seed_support
-from corpusgraph.query.store import IndexStore, normalise_name
-from corpusgraph.stages.extract_fast import clean_name
+from corpusgraph.query.store import IndexStore
+from corpusgraph.text import clean_name, normalise_name
 
 __all__ = ["RetrievalWeights", "weights_from", "Bm25", "tokenize", "personalized_pagerank", "GraphRetriever", "retriever_for",
            "rank_units"]

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from corpusgraph.tables import table_path
+from corpusgraph.text import normalise_name
 
-__all__ = ["IndexStore", "IndexMissingError", "normalise_name", "report_shown"]
+__all__ = ["IndexStore", "IndexMissingError", "report_shown"]
 
 # Document columns needed for citations; the text column is the bulk of the table and the
 # query side never shows whole documents, so it is not read.
@@ -34,16 +35,10 @@ _VIEWS_LOCK = threading.Lock()
 # Entity names are matched as word n-grams of the question; longer names are rare and this
 # bounds the work per question regardless of how many entities there are.
 _MAX_NAME_WORDS = 8
-_NON_WORD = re.compile(r"[^\w]+")
 
 
 class IndexMissingError(FileNotFoundError):
     """A table or vector index the queries need is not there (the index was not built)."""
-
-
-def normalise_name(text: str) -> str:
-    """Casefolded words joined by single spaces: 'Dr. Mara  Voss' -> 'dr mara voss'."""
-    return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
 
 
 def report_shown(report: dict) -> bool:
