@@ -62,7 +62,7 @@ def test_primer_follow_ups_in_one_batch_then_reduce(store):
 
 def test_breadth_and_depth_bound_the_calls(store):
     chat = DriftChat(["Q one?", "Q two?", "Q three?", "Q four?"], more=["Q five?", "Q one?"])
-    answer = engine(store, chat, drift_breadth=2, drift_depth=2).ask(QUESTION, method="drift")
+    answer = engine(store, chat, drift={"breadth": 2, "depth": 2}).ask(QUESTION, method="drift")
     sizes = [len(b) for b in chat.batches]
     assert sizes == [1, 2, 1, 1]  # primer, 2 follow-ups, the one new follow-up (Q one? was asked), reduce
     assert answer.details["follow_ups"] == ["Q one?", "Q two?", "Q five?"] and answer.details["rounds"] == 2

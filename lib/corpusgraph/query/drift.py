@@ -111,9 +111,9 @@ def drift_coverage(store: IndexStore, primer_ids: list[str], primer_tokens: int,
 
 
 def _step_request(request_id: str, prompt: str, context: str, question: str, section: QuerySection) -> ChatRequest:
-    text = fill_prompt(prompt, context=context, question=question, max_follow_ups=section.drift_breadth)
+    text = fill_prompt(prompt, context=context, question=question, max_follow_ups=section.drift.breadth)
     return ChatRequest(id=request_id, messages=({"role": "user", "content": text},), max_tokens=section.max_tokens,
-                       json_schema=drift_schema(section.drift_breadth))
+                       json_schema=drift_schema(section.drift.breadth))
 
 
 def drift_search(
@@ -127,7 +127,7 @@ def drift_search(
     reduce_prompt: str,
 ) -> Answer:
     budget = section.max_context_tokens
-    primer_ids, source = primer_reports(store, question_vector, question, section.drift_primer_reports)
+    primer_ids, source = primer_reports(store, question_vector, question, section.drift.primer_reports)
     details: dict = {"primer_reports": len(primer_ids), "primer_source": source, "follow_ups": [],
                      "rounds": 0, "failed_steps": 0}
     contexts: list[tuple[str, object]] = []  # (question, LocalContext) of every follow-up
@@ -144,7 +144,7 @@ def drift_search(
     shown: list[str] = []  # units the follow-up contexts held
     asked: set[str] = set()  # follow-ups already answered, casefolded
     primer = chat.complete([_step_request("drift-primer", drift_prompt, primer_context, question, section)])
-    step = parse_step(primer[0].text, section.drift_breadth) if primer and not primer[0].error else None
+    step = parse_step(primer[0].text, section.drift.breadth) if primer and not primer[0].error else None
     if step is None:
         details["failed_steps"] += 1
         follow_ups = [question]  # no primer: the question itself is the one follow-up
@@ -152,12 +152,12 @@ def drift_search(
         findings.append(step[0])
         follow_ups = step[1] or [question]
 
-    for depth in range(section.drift_depth):
+    for depth in range(section.drift.depth):
         fresh: dict[str, str] = {}  # new questions only, each once (casefolded), in order
         for q in follow_ups:
             if q.casefold() not in asked:
                 fresh.setdefault(q.casefold(), q)
-        follow_ups = list(fresh.values())[: section.drift_breadth]
+        follow_ups = list(fresh.values())[: section.drift.breadth]
         if not follow_ups:
             break
         details["rounds"] += 1
@@ -177,7 +177,7 @@ def drift_search(
         for (q, ctx), result in zip(kept, results):
             context_tokens += ctx.tokens
             shown.extend(ctx.unit_ids)
-            parsed = None if result.error else parse_step(result.text, section.drift_breadth)
+            parsed = None if result.error else parse_step(result.text, section.drift.breadth)
             if parsed is None:
                 details["failed_steps"] += 1
                 continue

@@ -116,10 +116,10 @@ class QueryEngine:
         prompts_dir = Path(prompts_dir)
         # Read once, here, so a missing prompt fails at start-up rather than on the first question.
         self.prompt_answer = _load_prompt(prompts_dir, section.prompt_answer)
-        self.prompt_map = _load_prompt(prompts_dir, section.prompt_map)
-        self.prompt_reduce = _load_prompt(prompts_dir, section.prompt_reduce)
-        self.prompt_rate = _load_prompt(prompts_dir, section.prompt_rate)
-        self.prompt_drift = _load_prompt(prompts_dir, section.prompt_drift)
+        self.prompt_map = _load_prompt(prompts_dir, section.global_.prompt_map)
+        self.prompt_reduce = _load_prompt(prompts_dir, section.global_.prompt_reduce)
+        self.prompt_rate = _load_prompt(prompts_dir, section.global_.prompt_rate)
+        self.prompt_drift = _load_prompt(prompts_dir, section.drift.prompt)
         index_model = getattr(store.vectors("text_unit"), "model", None)
         if index_model and index_model != embedder.model:
             log.warning("vector index was built with %r but the embedder is %r", index_model, embedder.model)

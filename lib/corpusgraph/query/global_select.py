@@ -71,13 +71,14 @@ def select_communities(
     children = children_with_reports(store)
 
     def below(cid: str) -> list[str]:
-        return [k for k in children.get(cid, ()) if store.reports[k]["level"] <= section.dynamic_max_level]
+        deepest = section.global_.dynamic_max_level
+        return [k for k in children.get(cid, ()) if store.reports[k]["level"] <= deepest]
 
     # Roots: reports whose community has no reported parent (normally the whole top level).
     frontier = sorted(
         c for c in store.reports if (store.communities.get(c) or {}).get("parent_id") not in store.reports
     )
-    early = map_prompt is not None and section.dynamic_early_map
+    early = map_prompt is not None and section.global_.dynamic_early_map
     out = Selection(selected=[], facts={})
     scores: dict[str, int] = {}
     rated = failed = rounds = pruned = descended = 0
@@ -100,8 +101,8 @@ def select_communities(
             score = None if result is None or result.error else parse_rating(result.text)
             if score is None:
                 failed += 1
-                score = section.dynamic_threshold  # unreadable: keep the branch (module doc)
-            if score < section.dynamic_threshold:
+                score = section.global_.dynamic_threshold  # unreadable: keep the branch (module doc)
+            if score < section.global_.dynamic_threshold:
                 pruned += 1
                 continue
             scores[cid] = score

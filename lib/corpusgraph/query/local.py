@@ -37,7 +37,7 @@ from corpusgraph.query.answer import (
 )
 from corpusgraph.query.basic import NO_CONTEXT_ANSWER, unit_block
 from corpusgraph.query.coverage import context_coverage, seed_facts
-from corpusgraph.query.retrieval import rank_units, weights_from
+from corpusgraph.query.retrieval import rank_units
 from corpusgraph.query.store import IndexStore
 from corpusgraph.tokens import count_tokens
 
@@ -208,7 +208,7 @@ def build_local_context(
         else:
             # Personalised PageRank over entities and passages (query/retrieval.py), not only
             # the seeds' own units: multi-hop evidence shares an entity with a seed passage.
-            ids = rank_units(store, question, question_vector, weights_from(section), _UNITS_RANKED * section.top_k_units)
+            ids = rank_units(store, question, question_vector, section.retrieval, _UNITS_RANKED * section.top_k_units)
             blocks = [unit_block(store, f"U{i}", u) for i, u in enumerate(ids, 1)]
         # The last section takes whatever is left, so rounding never strands tokens.
         room = budget - sum(used_by.values()) if name == "units" else int(budget * share) + carry

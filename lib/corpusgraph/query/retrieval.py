@@ -50,16 +50,16 @@ import re
 import threading
 import weakref
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from corpusgraph.config import RetrievalSection
 from corpusgraph.query.adaptive import entity_share, keep_dense, seed_support
 from corpusgraph.query.store import IndexStore
 from corpusgraph.text import clean_name, normalise_name
 
-__all__ = ["RetrievalWeights", "weights_from", "Bm25", "tokenize", "personalized_pagerank", "GraphRetriever", "retriever_for",
+__all__ = ["Bm25", "tokenize", "personalized_pagerank", "GraphRetriever", "retriever_for",
            "rank_units"]
 
 _TOKEN = re.compile(r"\w+")
@@ -74,52 +74,6 @@ _STOP = frozenset(
 def tokenize(text: str) -> list[str]:
     """Lowercased word tokens without stop words."""
     return [t for t in _TOKEN.findall((text or "").casefold()) if t not in _STOP]
-
-
-@dataclass(frozen=True)
-class RetrievalWeights:
-    """The knobs of the ranking (QuerySection's retrieval_* fields)."""
-
-    damping: float = 0.5  # probability of following an edge rather than restarting
-    passage_weight: float = 0.2  # share of the restart mass put on passages
-    dense_weight: float = 0.5  # dense vs BM25 in the hybrid passage score
-    candidates: int = 50  # passages (per scorer) and entities taken from the vector indexes
-    entity_seeds: int = 5  # nearest entity vectors used as seeds (0: only entities the question names)
-    entity_seed_ratio: float = 0.9  # a vector seed must score at least this share of the best one
-    iterations: int = 30
-    max_walk_nodes: int = 50_000  # graphs up to this size are walked whole; larger ones near the restart nodes
-    walk_hops: int = 3  # how far the neighbourhood of the restart nodes reaches on large graphs
-    bridge_from: int = 2  # top passages whose title mentions are followed (0: no bridge step)
-    bridge_min_score: float = 0.15  # a bridged passage's cosine with the question must reach this
-    bridge_novelty: float = 0.5  # bridge choice: cosine with the question - this * cosine with the passage before
-    title_seeds: int = 2  # documents the question names by title whose best passage goes first (0: off)
-    title_min_score: float = 0.2  # that passage's cosine with the question must reach this
-    entity_bridge_from: int = 2  # top passages followed through the entities they share (0: off)
-    entity_bridge_min_score: float = 0.3  # an entity-bridged passage's cosine with the question must reach this
-    entity_bridge_max_passages: int | None = None  # entities in more passages are not followed (None: sqrt(passages))
-    seed_support: bool = True  # entity restart share scaled by how well the seeds' passages score (query/adaptive.py)
-    seed_support_scale: float = 1.25  # a seed's support: min(1, this x mean passage score over its passages)
-    keep_dense: int = 5  # best passages by the passage score that keep their places against the walk (0: off)
-    keep_dense_margin: float = 2.0  # ... unless the walk's choice has (1 + this x (1 - trust)) times their evidence
-
-
-def weights_from(section) -> RetrievalWeights:
-    """The ranking knobs of a QuerySection."""
-    return RetrievalWeights(
-        damping=section.retrieval_damping, passage_weight=section.retrieval_passage_weight,
-        dense_weight=section.retrieval_dense_weight, candidates=section.retrieval_candidates,
-        entity_seeds=section.retrieval_entity_seeds,
-        max_walk_nodes=section.retrieval_max_walk_nodes, walk_hops=section.retrieval_walk_hops,
-        bridge_from=section.retrieval_bridge_from, bridge_min_score=section.retrieval_bridge_min_score,
-        bridge_novelty=section.retrieval_bridge_novelty, title_seeds=section.retrieval_title_seeds,
-        title_min_score=section.retrieval_title_min_score,
-        entity_bridge_from=section.retrieval_entity_bridge_from,
-        entity_bridge_min_score=section.retrieval_entity_bridge_min_score,
-        entity_bridge_max_passages=section.retrieval_entity_bridge_max_passages,
-        seed_support=section.retrieval_seed_support, seed_support_scale=section.retrieval_seed_support_scale,
-        keep_dense=section.retrieval_keep_dense,
-        keep_dense_margin=section.retrieval_keep_dense_margin,
-    )
 
 
 class Bm25:
@@ -290,7 +244,7 @@ class GraphRetriever:
                             found.setdefault(doc_id)
         return list(found)
 
-    def named_passages(self, question: str, question_vector: np.ndarray, w: RetrievalWeights) -> list[str]:
+    def named_passages(self, question: str, question_vector: np.ndarray, w: RetrievalSection) -> list[str]:
         """For each of the first `title_seeds` documents the question names by title, its unit
         nearest the question, if that cosine reaches `title_min_score`: a question that names a
         document ("Who directed Maximum Overdrive?") is about it, however the walk ranks it."""
@@ -309,7 +263,7 @@ class GraphRetriever:
         return out
 
     def bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray,
-               w: RetrievalWeights) -> list[tuple[str, float]]:
+               w: RetrievalSection) -> list[tuple[str, float]]:
         """After each of the first `bridge_from` passages, the best passage among those of the
         documents it mentions by title: the second hop of a bridge question ("the director of
         the film shot in X") is named in the first hop's text, while the question itself may
@@ -346,7 +300,7 @@ class GraphRetriever:
         best = int(np.argmax(choice))
         return cands[best] if np.isfinite(choice[best]) else None
 
-    def entity_bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray, w: RetrievalWeights,
+    def entity_bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray, w: RetrievalSection,
                       named: set[int] = frozenset()) -> list[tuple[str, float]]:
         """After the first `entity_bridge_from` passages, for each of them the best passage that
         shares an entity with it: where the next hop is reached through an entity the first hop
@@ -390,7 +344,7 @@ class GraphRetriever:
         title = (self.store.docs.get(unit["doc_id"]) or {}).get("title") or ""
         return f"{title}\n{unit.get('text') or ''}"
 
-    def passage_scores(self, question: str, question_vector: np.ndarray, w: RetrievalWeights) -> dict[int, float]:
+    def passage_scores(self, question: str, question_vector: np.ndarray, w: RetrievalSection) -> dict[int, float]:
         """Hybrid dense + BM25 score of the candidate passages (unit index -> score in [0, 1])."""
         q = np.asarray(question_vector, dtype=np.float32).reshape(1, -1)
         dense = {self.unit_index[u]: s for u, s in self.store.vectors("text_unit").search(q, w.candidates)[0]
@@ -412,7 +366,7 @@ class GraphRetriever:
         """Indexes of the entities the question names (`IndexStore.match_names`)."""
         return {self.entity_index[e] for e in self.store.match_names(question) if e in self.entity_index}
 
-    def entity_seeds(self, question: str, question_vector: np.ndarray, w: RetrievalWeights,
+    def entity_seeds(self, question: str, question_vector: np.ndarray, w: RetrievalSection,
                      named: set[int] | None = None) -> dict[int, float]:
         """Entity index -> seed weight: named entities (`named`, found in the question when not
         given) 1.0, nearest vectors their cosine; each scaled by specificity (1 / passages it
@@ -429,7 +383,7 @@ class GraphRetriever:
                     seeds[i] = max(seeds.get(i, 0.0), float(score))
         return {i: s / max(self.passages_of[i], 1.0) for i, s in seeds.items()}
 
-    def rank(self, question: str, question_vector: np.ndarray, w: RetrievalWeights, limit: int) -> list[tuple[str, float]]:
+    def rank(self, question: str, question_vector: np.ndarray, w: RetrievalSection, limit: int) -> list[tuple[str, float]]:
         """The `limit` best (unit_id, score) pairs for the question, best first."""
         if not self.unit_ids:
             return []
@@ -516,7 +470,7 @@ class GraphRetriever:
             frontier, total = found, total + found.size
         return np.concatenate(parts)
 
-    def neighbourhood_pagerank(self, reset: np.ndarray, w: RetrievalWeights) -> np.ndarray:
+    def neighbourhood_pagerank(self, reset: np.ndarray, w: RetrievalSection) -> np.ndarray:
         """PPR restricted to the neighbourhood of the restart nodes; zero elsewhere."""
         seeds = np.flatnonzero(reset)
         nodes = self.neighbourhood(seeds, w.walk_hops, max(w.max_walk_nodes, seeds.size))
@@ -552,7 +506,7 @@ def retriever_for(store: IndexStore) -> GraphRetriever:
     return retriever
 
 
-def rank_units(store: IndexStore, question: str, question_vector: np.ndarray, weights: RetrievalWeights,
+def rank_units(store: IndexStore, question: str, question_vector: np.ndarray, weights: RetrievalSection,
                limit: int) -> list[str]:
     """Unit ids for the question's context, best first (at most `limit`)."""
     return [u for u, _ in retriever_for(store).rank(question, question_vector, weights, limit)]
