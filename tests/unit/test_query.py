@@ -62,6 +62,17 @@ def test_basic_cites_the_retrieved_units_cited_tag_first(store):
     assert answer.citations[0].source_uri.startswith("file:///corpus/")
 
 
+def test_top_k_and_domains_apply_to_one_call_only(store):
+    e = engine(store, ScriptedChat(answer="x"))
+    one = e.ask("Do winter storms halt the copper mines?", method="basic", top_k=1)
+    assert len(one.citations) == 1 and e.section.top_k_units == 5  # QuerySection's default, untouched
+    assert len(e.ask("Do winter storms halt the copper mines?", method="basic").citations) == 5
+    with pytest.raises(ValueError, match="top_k_units"):
+        e.ask("Anything?", method="basic", top_k=51)  # the section's bound: at most 50
+    nothing = e.ask("Do winter storms halt the copper mines?", method="basic", domains=["no-such-domain"])
+    assert nothing.citations == [] and e.store.domains is None
+
+
 # -- local -----------------------------------------------------------------------------------
 
 

@@ -10,7 +10,6 @@ from corpusgraph.query.retrieval import (
     Bm25,
     personalized_pagerank,
     rank_units,
-    retriever_for,
     tokenize,
 )
 from tests.unit.query_fixtures import fake_embed
@@ -70,7 +69,7 @@ def test_multi_hop_question_reaches_the_second_hop_passage(store):
     entity can reach it, and a passage with no entity (u6) stays unreached."""
     question = "Which treaty did the founder of the Lumen Guild sign?"
     qv = fake_embed([question])[0]
-    graph_only = dict(retriever_for(store).rank(
+    graph_only = dict(store.retriever().rank(
         question, qv, RetrievalSection(passage_weight=0.0, seed_support=False, keep_dense=0), 10))
     assert "u5" in graph_only and "u6" not in graph_only
     assert max(graph_only, key=graph_only.get) in {"u1", "u2", "u4", "u7"}  # the guild's own passages lead
@@ -78,8 +77,8 @@ def test_multi_hop_question_reaches_the_second_hop_passage(store):
     # With the defaults, the dense guarantee keeps the best passage by the passage score first
     # (the walk's founder passage is not ahead of it by the margin); the founder passage and the
     # treaty passage the walk reached through her are in the context too.
-    scores = retriever_for(store).passage_scores(question, qv, RetrievalSection())
-    assert ranked[0] == retriever_for(store).unit_ids[max(scores, key=scores.get)]
+    scores = store.retriever().passage_scores(question, qv, RetrievalSection())
+    assert ranked[0] == store.retriever().unit_ids[max(scores, key=scores.get)]
     assert "u1" in ranked and "u5" in ranked
     assert "u9" not in ranked  # its document is deleted
 
@@ -92,8 +91,8 @@ def test_named_entity_passages_outrank_unrelated_ones(store):
 
 
 def test_retriever_is_built_once_per_store(store):
-    assert retriever_for(store) is retriever_for(store)
-    r = retriever_for(store)
+    assert store.retriever() is store.retriever()
+    r = store.retriever()
     assert len(r.unit_ids) == len(store.units) and r.n == len(store.units) + len(store.entities)
 
 
@@ -120,8 +119,8 @@ def test_entity_vector_seeds_add_to_name_matches(store):
     """No entity is named; the nearest entity vectors seed the walk instead."""
     question = "copper director"
     qv = fake_embed([question])[0]
-    with_vectors = retriever_for(store).entity_seeds(question, qv, RetrievalSection(entity_seeds=3))
-    names_only = retriever_for(store).entity_seeds(question, qv, RetrievalSection(entity_seeds=0))
+    with_vectors = store.retriever().entity_seeds(question, qv, RetrievalSection(entity_seeds=3))
+    names_only = store.retriever().entity_seeds(question, qv, RetrievalSection(entity_seeds=0))
     assert names_only == {} and with_vectors
     assert rank_units(store, question, qv, RetrievalSection(entity_seeds=3), 3)
 
@@ -150,7 +149,7 @@ def test_neighbourhood_grows_whole_hops_within_the_cap():
 def test_neighbourhood_walk_equals_the_full_walk_when_it_covers_the_graph(store):
     """Reaching every node, the bounded walk is the full PPR; bounded tighter, it keeps the top
     of the ranking (what the context needs) while zeroing far nodes."""
-    r = retriever_for(store)
+    r = store.retriever()
     rng = np.random.default_rng(3)
     reset = np.zeros(r.n)
     reset[rng.choice(r.n, size=3, replace=False)] = [0.5, 0.3, 0.2]
@@ -167,9 +166,9 @@ def test_large_graphs_rank_through_the_bounded_walk(store):
     multi-hop passage is still reached through the founder entity."""
     question = "Which treaty did the founder of the Lumen Guild sign?"
     qv = fake_embed([question])[0]
-    n = retriever_for(store).n
+    n = store.retriever().n
     w = _unchecked(passage_weight=0.0, seed_support=False, keep_dense=0, max_walk_nodes=n - 1, walk_hops=3)
-    ranked = dict(retriever_for(store).rank(question, qv, w, 10))
+    ranked = dict(store.retriever().rank(question, qv, w, 10))
     assert "u5" in ranked and "u6" not in ranked
 
 

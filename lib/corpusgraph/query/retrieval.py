@@ -33,7 +33,7 @@ the best passages by the passage score keep their places against the walk unless
 stronger by a margin that shrinks as the seeds' support grows (the dense guarantee). Measured
 recall on the dev sets, with the ablation of each step: tests/benchmarks/results/retrieval.json.
 
-`GraphRetriever` builds the arrays once per `IndexStore` (`retriever_for` caches it); a query
+`GraphRetriever` builds the arrays once per `IndexStore` (`IndexStore.retriever` keeps it); a query
 costs a handful of sparse products over the edge list. Above `max_walk_nodes` nodes the walk runs
 on the neighbourhood of the restart nodes only (grown hop by hop from a CSR adjacency, at most
 `walk_hops` hops and `max_walk_nodes` nodes), with transition weights still normalised by each
@@ -47,20 +47,19 @@ from __future__ import annotations
 
 import math
 import re
-import threading
-import weakref
 from collections import defaultdict
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from corpusgraph.config import RetrievalSection
 from corpusgraph.query.adaptive import entity_share, keep_dense, seed_support
-from corpusgraph.query.store import IndexStore
 from corpusgraph.text import clean_name, normalise_name
 
-__all__ = ["Bm25", "tokenize", "personalized_pagerank", "GraphRetriever", "retriever_for",
-           "rank_units"]
+if TYPE_CHECKING:  # the store imports this module when it builds its retriever
+    from corpusgraph.query.store import IndexStore
+
+__all__ = ["Bm25", "tokenize", "personalized_pagerank", "GraphRetriever", "rank_units"]
 
 _TOKEN = re.compile(r"\w+")
 # Words that carry no topic: BM25 would otherwise pay them a little for every passage.
@@ -486,27 +485,7 @@ class GraphRetriever:
         return out
 
 
-_CACHE: "weakref.WeakKeyDictionary[IndexStore, GraphRetriever]" = weakref.WeakKeyDictionary()
-_BUILDING = threading.Lock()
-
-
-def retriever_for(store: IndexStore) -> GraphRetriever:
-    """The store's retriever, built on first use and kept as long as the store lives.
-
-    Built once under a lock: the service asks from many threads at once, and unguarded, every
-    concurrent first question built its own copy, each slowed by the others under the GIL, until
-    all of them were past their timeout (tests/benchmarks/test_service_scale.py found it). The
-    service builds it before it says ready (serving/engine.py)."""
-    retriever = _CACHE.get(store)
-    if retriever is None:
-        with _BUILDING:
-            retriever = _CACHE.get(store)
-            if retriever is None:
-                retriever = _CACHE[store] = GraphRetriever(store)
-    return retriever
-
-
 def rank_units(store: IndexStore, question: str, question_vector: np.ndarray, weights: RetrievalSection,
                limit: int) -> list[str]:
     """Unit ids for the question's context, best first (at most `limit`)."""
-    return [u for u, _ in retriever_for(store).rank(question, question_vector, weights, limit)]
+    return [u for u, _ in store.retriever().rank(question, question_vector, weights, limit)]

@@ -32,6 +32,8 @@ _MAX_VIEWS = 64
 # Views are built rarely (once per domain set); one lock for all stores keeps it simple, and a
 # store assembled without __init__ (a benchmark's synthetic one) can still make views.
 _VIEWS_LOCK = threading.Lock()
+# Ranking structures are built once per store, rarely; one lock for all stores, as for views.
+_RETRIEVER_LOCK = threading.Lock()
 # Entity names are matched as word n-grams of the question; longer names are rare and this
 # bounds the work per question regardless of how many entities there are.
 _MAX_NAME_WORDS = 8
@@ -173,6 +175,23 @@ class IndexStore:
                     f"vector index {kind!r} not found under {self.index_dir}; run `corpusgraph index` first ({exc})"
                 ) from exc
         return self._vectors[kind]
+
+    def retriever(self):
+        """This store's `GraphRetriever` (query/retrieval.py), built on first use and kept with it.
+
+        Built once under a lock: the service asks from many threads at once, and unguarded, every
+        concurrent first question built its own copy, each slowed by the others under the GIL, until
+        all of them were past their timeout (tests/benchmarks/test_service_scale.py found it). The
+        service builds it before it says ready (serving/engine.py)."""
+        built = self.__dict__.get("_retriever")
+        if built is None:
+            with _RETRIEVER_LOCK:
+                built = self.__dict__.get("_retriever")
+                if built is None:
+                    from corpusgraph.query.retrieval import GraphRetriever
+
+                    built = self.__dict__["_retriever"] = GraphRetriever(self)
+        return built
 
     # -- lookups ---------------------------------------------------------------------------
 
