@@ -6,12 +6,9 @@ import numpy as np
 import pytest
 
 from corpusgraph.config import QuerySection, RetrievalSection
-from corpusgraph.query.retrieval import (
-    Bm25,
-    personalized_pagerank,
-    rank_units,
-    tokenize,
-)
+from corpusgraph.graph.walk import personalized_pagerank
+from corpusgraph.query.lexical import Bm25, tokenize
+from corpusgraph.query.retrieval import rank_units
 from tests.unit.query_fixtures import fake_embed
 
 
@@ -110,7 +107,7 @@ def test_a_unit_is_linked_to_the_entity_named_by_its_document_title():
         names={"iron coast company": ["e_iron"]},
     )
     r = GraphRetriever(store)
-    edges = set(zip(r.src.tolist(), r.dst.tolist()))
+    edges = set(zip(r.graph.src.tolist(), r.graph.dst.tolist()))
     assert {(0, 1), (0, 2)} <= edges  # entity 0 -- unit u3 (node 1) and u4 (node 2)
     assert r.passages_of[0] == 2
 
@@ -141,9 +138,9 @@ def _path_retriever(n: int):
 def test_neighbourhood_grows_whole_hops_within_the_cap():
     r = _path_retriever(30)  # nodes 0..29 entities on a path, node 30 the unit
     seeds = np.array([10])
-    assert sorted(r.neighbourhood(seeds, hops=2, cap=100).tolist()) == [8, 9, 10, 11, 12]
+    assert sorted(r.graph.neighbourhood(seeds, hops=2, cap=100).tolist()) == [8, 9, 10, 11, 12]
     # A hop that would pass the cap is not taken: 1 + 2 fits in 4, 1 + 2 + 2 does not.
-    assert sorted(r.neighbourhood(seeds, hops=5, cap=4).tolist()) == [9, 10, 11]
+    assert sorted(r.graph.neighbourhood(seeds, hops=5, cap=4).tolist()) == [9, 10, 11]
 
 
 def test_neighbourhood_walk_equals_the_full_walk_when_it_covers_the_graph(store):
@@ -153,7 +150,7 @@ def test_neighbourhood_walk_equals_the_full_walk_when_it_covers_the_graph(store)
     rng = np.random.default_rng(3)
     reset = np.zeros(r.n)
     reset[rng.choice(r.n, size=3, replace=False)] = [0.5, 0.3, 0.2]
-    full = personalized_pagerank(r.src, r.dst, r.weight, r.n, reset, 0.5, 200, tol=1e-12)
+    full = personalized_pagerank(r.graph.src, r.graph.dst, r.graph.weight, r.n, reset, 0.5, 200, tol=1e-12)
     covering = r.neighbourhood_pagerank(reset, _unchecked(max_walk_nodes=10**6, walk_hops=r.n, iterations=200))
     np.testing.assert_allclose(covering, full, atol=1e-6)
     near = r.neighbourhood_pagerank(reset, RetrievalSection(max_walk_nodes=10**6, walk_hops=1, iterations=200))
