@@ -66,6 +66,13 @@ def first_rows_file(source: Path, n: int, path: Path) -> list[dict]:
     return rows
 
 
+def asked(store, question: str, vector: np.ndarray):
+    """The question as the query engine hands it to local ranking: names and titles matched once."""
+    from corpusgraph.query.question import parse_question
+
+    return parse_question(store, question, vector, titles=store.retriever().titles)
+
+
 def recall_at(ranked_docs: list[str], gold: list[str], k: int) -> float:
     top = list(dict.fromkeys(ranked_docs))[:k]
     return len(set(top) & set(gold)) / len(set(gold))
@@ -216,7 +223,7 @@ def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questio
     out: dict[str, list[float]] = {k: [] for k in ("local5", "local2", "basic5", "basic2", "dense5", "dense2", "ppr5",
                                                    "ppr2")}
     t0 = time.perf_counter()
-    local_ranked = [[unit_doc[u] for u in rank_units(store, q["question"], v, weights, 20)]
+    local_ranked = [[unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), weights, 20)]
                     for q, v in zip(questions, qvecs)]
     local_s = time.perf_counter() - t0
     basic_ranked = [[unit_doc[u] for u in build_basic_context(store, v, basic_section).unit_ids] for v in qvecs]
@@ -265,7 +272,7 @@ def adaptive_grid(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dic
     out = []
     for setting in ADAPTIVE_GRID:
         w = weights.model_copy(update=setting)
-        ranked = [[unit_doc[u] for u in rank_units(store, q["question"], v, w, 20)] for q, v in zip(questions, qvecs)]
+        ranked = [[unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), w, 20)] for q, v in zip(questions, qvecs)]
         out.append({**setting, **{f"recall@{k}": round(float(np.mean([recall_at(r, q["evidence_doc_ids"], k)
                                                                        for r, q in zip(ranked, questions)])), 4)
                                   for k in (5, 2)}})
@@ -307,7 +314,7 @@ def steps_check(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[
     from corpusgraph.query.retrieval import rank_units
 
     def recalls(w, k=5) -> np.ndarray:
-        return np.array([recall_at([unit_doc[u] for u in rank_units(store, q["question"], v, w, 20)],
+        return np.array([recall_at([unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), w, 20)],
                                    q["evidence_doc_ids"], k) for q, v in zip(questions, qvecs)])
 
     ablation = {}

@@ -85,14 +85,15 @@ def test_auto_routes_how_questions_about_entities_to_drift(store):
 
 def test_primer_falls_back_to_entity_communities_without_report_vectors(store):
     from corpusgraph.query.drift import primer_reports
+    from corpusgraph.query.question import parse_question
     from tests.unit.query_fixtures import fake_embed
 
-    ids, source = primer_reports(store, fake_embed([QUESTION])[0], QUESTION, 2)
+    ids, source = primer_reports(store, parse_question(store, QUESTION, fake_embed([QUESTION])[0]), 2)
     assert source == "report_vectors" and len(ids) == 2
     saved = store._vectors.pop("community_report", None)
     store._vectors["community_report"] = _Missing()
     try:
-        ids, source = primer_reports(store, fake_embed([QUESTION])[0], QUESTION, 3)
+        ids, source = primer_reports(store, parse_question(store, QUESTION, fake_embed([QUESTION])[0]), 3)
     finally:
         store._vectors["community_report"] = saved
     assert source == "entity_communities" and ids and all(c in store.reports for c in ids)

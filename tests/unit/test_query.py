@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from corpusgraph.config import QuerySection
+from corpusgraph.query.question import parse_question
 from corpusgraph.tokens import count_tokens
 from tests.unit.query_fixtures import REPO, ScriptedChat, fake_embed
 from tests.unit.query_fixtures import make_engine as engine
@@ -80,7 +81,8 @@ def test_local_context_has_neighbour_relationships_and_seed_units(store):
     from corpusgraph.query.local import build_local_context
 
     question = "Who taught Tobin Hale?"
-    ctx = build_local_context(store, fake_embed([question])[0], question, QuerySection(top_k_entities=1))
+    asked = parse_question(store, question, fake_embed([question])[0], titles=store.retriever().titles)
+    ctx = build_local_context(store, asked, QuerySection(top_k_entities=1))
     assert ctx.seed_ids == ["e_tobin"]  # named in the question, ahead of any vector hit
     assert "e_mara" in ctx.entity_ids  # the 1-hop neighbour
     assert {"r2", "r1"} <= set(ctx.rel_ids)  # seed-neighbour edge, and the edge among neighbours
@@ -96,9 +98,9 @@ def test_local_context_respects_a_small_budget(store):
     from corpusgraph.query.local import build_local_context
 
     question = "What did Mara Voss and Ilsa Brand agree in Port Keel?"
-    qv = fake_embed([question])[0]
-    roomy = build_local_context(store, qv, question, QuerySection(max_context_tokens=4000))
-    tight = build_local_context(store, qv, question, QuerySection(max_context_tokens=200))
+    asked = parse_question(store, question, fake_embed([question])[0], titles=store.retriever().titles)
+    roomy = build_local_context(store, asked, QuerySection(max_context_tokens=4000))
+    tight = build_local_context(store, asked, QuerySection(max_context_tokens=200))
     assert roomy.tokens > 400  # so the small budget really has to cut
     assert count_tokens(tight.text) <= 200 and sum(tight.section_tokens.values()) <= 200
     assert tight.unit_ids and len(tight.unit_ids) < len(roomy.unit_ids)

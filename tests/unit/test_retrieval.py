@@ -8,6 +8,7 @@ import pytest
 from corpusgraph.config import QuerySection, RetrievalSection
 from corpusgraph.graph.walk import personalized_pagerank
 from corpusgraph.query.lexical import Bm25, tokenize
+from corpusgraph.query.question import parse_question
 from corpusgraph.query.retrieval import rank_units
 from tests.unit.query_fixtures import fake_embed
 
@@ -15,6 +16,11 @@ from tests.unit.query_fixtures import fake_embed
 def _unchecked(**weights) -> RetrievalSection:
     """Weights past the config's bounds (a walk over the whole tiny graph, a node cap below its size)."""
     return RetrievalSection.model_construct(**weights)
+
+
+def _asked(r, text: str, vector):
+    """The question as the engine hands it on: its names and the titles it names matched once."""
+    return parse_question(r.store, text, vector, titles=r.titles)
 
 
 def test_tokenize_drops_stop_words_and_case():
@@ -66,15 +72,16 @@ def test_multi_hop_question_reaches_the_second_hop_passage(store):
     entity can reach it, and a passage with no entity (u6) stays unreached."""
     question = "Which treaty did the founder of the Lumen Guild sign?"
     qv = fake_embed([question])[0]
+    asked = _asked(store.retriever(), question, qv)
     graph_only = dict(store.retriever().rank(
-        question, qv, RetrievalSection(passage_weight=0.0, seed_support=False, keep_dense=0), 10))
+        asked, RetrievalSection(passage_weight=0.0, seed_support=False, keep_dense=0), 10))
     assert "u5" in graph_only and "u6" not in graph_only
     assert max(graph_only, key=graph_only.get) in {"u1", "u2", "u4", "u7"}  # the guild's own passages lead
-    ranked = rank_units(store, question, qv, RetrievalSection(), 5)
+    ranked = rank_units(store, asked, RetrievalSection(), 5)
     # With the defaults, the dense guarantee keeps the best passage by the passage score first
     # (the walk's founder passage is not ahead of it by the margin); the founder passage and the
     # treaty passage the walk reached through her are in the context too.
-    scores = store.retriever().passage_scores(question, qv, RetrievalSection())
+    scores = store.retriever().passage_scores(asked, RetrievalSection())
     assert ranked[0] == store.retriever().unit_ids[max(scores, key=scores.get)]
     assert "u1" in ranked and "u5" in ranked
     assert "u9" not in ranked  # its document is deleted
@@ -82,7 +89,7 @@ def test_multi_hop_question_reaches_the_second_hop_passage(store):
 
 def test_named_entity_passages_outrank_unrelated_ones(store):
     question = "Who directs the Iron Coast Company?"
-    ranked = rank_units(store, question, fake_embed([question])[0], RetrievalSection(), 8)
+    ranked = rank_units(store, _asked(store.retriever(), question, fake_embed([question])[0]), RetrievalSection(), 8)
     assert ranked[0] == "u3"
     assert ranked.index("u3") < ranked.index("u6")  # storms: no shared entity, low lexical overlap
 
@@ -116,10 +123,11 @@ def test_entity_vector_seeds_add_to_name_matches(store):
     """No entity is named; the nearest entity vectors seed the walk instead."""
     question = "copper director"
     qv = fake_embed([question])[0]
-    with_vectors = store.retriever().entity_seeds(question, qv, RetrievalSection(entity_seeds=3))
-    names_only = store.retriever().entity_seeds(question, qv, RetrievalSection(entity_seeds=0))
+    asked = _asked(store.retriever(), question, qv)
+    with_vectors = store.retriever().entity_seeds(asked, RetrievalSection(entity_seeds=3))
+    names_only = store.retriever().entity_seeds(asked, RetrievalSection(entity_seeds=0))
     assert names_only == {} and with_vectors
-    assert rank_units(store, question, qv, RetrievalSection(entity_seeds=3), 3)
+    assert rank_units(store, asked, RetrievalSection(entity_seeds=3), 3)
 
 
 def _path_retriever(n: int):
@@ -165,7 +173,7 @@ def test_large_graphs_rank_through_the_bounded_walk(store):
     qv = fake_embed([question])[0]
     n = store.retriever().n
     w = _unchecked(passage_weight=0.0, seed_support=False, keep_dense=0, max_walk_nodes=n - 1, walk_hops=3)
-    ranked = dict(store.retriever().rank(question, qv, w, 10))
+    ranked = dict(store.retriever().rank(_asked(store.retriever(), question, qv), w, 10))
     assert "u5" in ranked and "u6" not in ranked
 
 
@@ -275,16 +283,16 @@ def test_a_document_the_question_names_by_title_goes_first_and_is_bridged_from()
     # though the walk found nothing; then the bridge follows uA to the film it names.
     q = np.array([0.8, 0.6, 0.0], dtype=np.float32)
     question = "Who directed the film shot in Leland, North Carolina?"
-    assert r.named_passages(question, q, RetrievalSection()) == ["uA"]
-    assert r.named_passages(question, q, RetrievalSection(title_seeds=0)) == []
-    assert r.named_passages(question, q, RetrievalSection(title_min_score=0.9)) == []  # uA's cosine is 0.8
-    assert r.named_passages("Who wrote about Leland?", q, RetrievalSection()) == []  # part of a title is no title
+    assert r.named_passages(_asked(r, question, q), RetrievalSection()) == ["uA"]
+    assert r.named_passages(_asked(r, question, q), RetrievalSection(title_seeds=0)) == []
+    assert r.named_passages(_asked(r, question, q), RetrievalSection(title_min_score=0.9)) == []  # uA's cosine is 0.8
+    assert r.named_passages(_asked(r, "Who wrote about Leland?", q), RetrievalSection()) == []  # part of a title is no title
     # A question far from uA in vector space: the walk alone ranks it below uX and uO.
     far = np.array([0.0, 0.3, 0.954], dtype=np.float32)
     question = "Which weather station reports near Leland, North Carolina?"
     named = RetrievalSection(title_min_score=0.0)
-    assert [u for u, _ in r.rank(question, far, RetrievalSection(title_seeds=0, bridge_from=0), 5)][0] == "uX"
-    ranked = [u for u, _ in r.rank(question, far, named, 5)]
+    assert [u for u, _ in r.rank(_asked(r, question, far), RetrievalSection(title_seeds=0, bridge_from=0), 5)][0] == "uX"
+    ranked = [u for u, _ in r.rank(_asked(r, question, far), named, 5)]
     assert ranked[0] == "uA" and ranked[1] in {"uB1", "uB2"}  # named first, then its bridge
 
 
@@ -338,11 +346,11 @@ def test_rank_hands_the_entities_the_question_names_to_the_entity_bridge():
 
     r = GraphRetriever(_entity_bridge_store())
     question = "What currency did Signmark's country use?"
-    assert r.named_entities(question) == {r.entity_index["signmark"]}  # match_names: Signmark
+    assert r.named_entities(_asked(r, question, None)) == {r.entity_index["signmark"]}  # match_names: Signmark
     seen = []
     follow = r.entity_bridge
     r.entity_bridge = lambda ranked, qv, w, named=frozenset(): seen.append(named) or follow(ranked, qv, w, named)
-    ranked = [u for u, _ in r.rank(question, np.array([0.6, 0.8, 0.0], dtype=np.float32), RetrievalSection(), 10)]
+    ranked = [u for u, _ in r.rank(_asked(r, question, np.array([0.6, 0.8, 0.0], dtype=np.float32)), RetrievalSection(), 10)]
     assert seen == [{r.entity_index["signmark"]}]
     assert len(ranked) == len(set(ranked))  # no passage twice
 
@@ -374,14 +382,14 @@ def test_hub_seeds_give_way_to_the_passage_scores_and_the_best_passage_is_kept()
     question = "What did Li Hua say about the party?"
     old = RetrievalSection(seed_support=False, keep_dense=0, entity_bridge_from=0)
     # A fixed entity share: the vector seed's four passages take the first places.
-    assert [u for u, _ in r.rank(question, q, old, 5)][0] != "uT"
+    assert [u for u, _ in r.rank(_asked(r, question, q), old, 5)][0] != "uT"
     # Seed support alone: neither seed is supported by the passage scores (the hub's passages
     # are mostly fillers, the party's score low), so the passage scores decide.
     support_only = RetrievalSection(keep_dense=0, entity_bridge_from=0)
-    assert [u for u, _ in r.rank(question, q, support_only, 5)][0] == "uT"
+    assert [u for u, _ in r.rank(_asked(r, question, q), support_only, 5)][0] == "uT"
     # The guarantee's margin is scaled by (1 - trust), trust being the seeds' support: with
     # seed support off the walk is fully trusted and the guarantee moves nothing.
     guard_only = RetrievalSection(seed_support=False, entity_bridge_from=0)
-    assert r.rank(question, q, guard_only, 5) == r.rank(question, q, old, 5)
+    assert r.rank(_asked(r, question, q), guard_only, 5) == r.rank(_asked(r, question, q), old, 5)
     # The defaults: uT first.
-    assert [u for u, _ in r.rank(question, q, RetrievalSection(), 5)][0] == "uT"
+    assert [u for u, _ in r.rank(_asked(r, question, q), RetrievalSection(), 5)][0] == "uT"

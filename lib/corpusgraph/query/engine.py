@@ -24,6 +24,7 @@ from corpusgraph.query.coverage import view_facts
 from corpusgraph.query.drift import drift_search
 from corpusgraph.query.global_search import global_search
 from corpusgraph.query.local import local_search
+from corpusgraph.query.question import parse_question
 from corpusgraph.query.store import IndexStore
 
 __all__ = ["QueryEngine", "route", "METHODS", "MAX_QUESTION_CHARS"]
@@ -52,12 +53,13 @@ _EXPLAIN = re.compile(
 )
 
 
-def route(store: IndexStore, question: str) -> tuple[str, str]:
-    """(method, reason) for a question, by wording and by entity names the index knows."""
+def route(store: IndexStore, question: str, named: Sequence[str] | None = None) -> tuple[str, str]:
+    """(method, reason) for a question, by wording and by entity names the index knows (`named`:
+    the entity ids the question names, when already matched)."""
     text = question.casefold()
     cue = _CORPUS_WIDE.search(text)
     strong = _STRONG.search(text)
-    named = store.match_names(question)
+    named = store.match_names(question) if named is None else named
     names = ", ".join((store.entities[e].get("title") or e) for e in named[:3])
     if cue and (not named or strong):
         why = f"corpus-wide wording ({(strong or cue).group(0).strip()!r})"
@@ -145,9 +147,11 @@ class QueryEngine:
             raise ValueError(f"level must be a non-negative integer, got {level!r}")
         section = _with_top_k(self.section, top_k)
         store = self.store.restricted(domains)
+        # The question's names are matched once, here, and handed on with its vector.
+        named = None if method == "global" else store.match_names(question)
         reason = None
         if method == "auto":
-            method, reason = route(store, question)
+            method, reason = route(store, question, named)
 
         meter = _MeteredChat(self.chat)
         if method == "global":
@@ -155,14 +159,16 @@ class QueryEngine:
                 store, meter, question, section, self.prompt_map, self.prompt_reduce, level,
                 rate_prompt=self.prompt_rate,
             )
-        elif method == "drift":
-            vector = self.embedder.embed([question])[0]
-            answer = drift_search(store, meter, self.embedder, question, vector, section,
-                                  self.prompt_drift, self.prompt_reduce)
         else:
-            vector = self.embedder.embed([question])[0]
-            search = basic_search if method == "basic" else local_search
-            answer = search(store, meter, question, vector, section, self.prompt_answer)
+            # Titles matter to local ranking alone (DRIFT parses its follow-ups, the local part).
+            titles = store.retriever().titles if method == "local" else None
+            parsed = parse_question(store, question, self.embedder.embed([question])[0], named=named, titles=titles)
+            if method == "drift":
+                answer = drift_search(store, meter, self.embedder, parsed, section, self.prompt_drift,
+                                      self.prompt_reduce)
+            else:
+                search = basic_search if method == "basic" else local_search
+                answer = search(store, meter, parsed, section, self.prompt_answer)
         return self._with_cost(answer, meter.results, reason, store)
 
     def _with_cost(self, answer: Answer, results: list[ChatResult], reason: str | None, store: IndexStore) -> Answer:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from corpusgraph.config import RetrievalSection
+from corpusgraph.query.question import Question
 
 if TYPE_CHECKING:  # the retriever calls these steps with itself
     from corpusgraph.query.retrieval import GraphRetriever
@@ -21,16 +22,16 @@ if TYPE_CHECKING:  # the retriever calls these steps with itself
 __all__ = ["named_passages", "bridge", "entity_bridge"]
 
 
-def named_passages(r: GraphRetriever, question: str, question_vector: np.ndarray, w: RetrievalSection) -> list[str]:
+def named_passages(r: GraphRetriever, question: Question, w: RetrievalSection) -> list[str]:
     """For each of the first `title_seeds` documents the question names by title, its unit
     nearest the question, if that cosine reaches `title_min_score`: a question that names a
     document ("Who directed Maximum Overdrive?") is about it, however the walk ranks it."""
     if w.title_seeds <= 0:
         return []
     vectors = r.store.vectors("text_unit")
-    q = np.asarray(question_vector, dtype=np.float32).reshape(-1)
+    q = np.asarray(question.vector, dtype=np.float32).reshape(-1)
     out = []
-    for doc_id in r.titles.titles_in(question)[: w.title_seeds]:
+    for doc_id in question.titles[: w.title_seeds]:
         units = r.units_of_doc.get(doc_id)
         if units:
             cos = vectors.vectors(units) @ q

@@ -25,18 +25,10 @@ import numpy as np
 
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel
-from corpusgraph.query.answer import (
-    Answer,
-    ask_once,
-    cited_tags,
-    citations_for,
-    fill_prompt,
-    fit_budget,
-    pack_blocks,
-    unique_ordered,
-)
+from corpusgraph.query.answer import Answer, answer_over_context, cited_tags, fit_budget, pack_blocks, unique_ordered
 from corpusgraph.query.basic import NO_CONTEXT_ANSWER, unit_block
 from corpusgraph.query.coverage import context_coverage, seed_facts
+from corpusgraph.query.question import Question
 from corpusgraph.query.retrieval import rank_units
 from corpusgraph.query.store import IndexStore
 from corpusgraph.tokens import count_tokens
@@ -90,13 +82,12 @@ class LocalContext:
     section_tokens: dict[str, int] = field(default_factory=dict)
 
 
-def select_seeds(store: IndexStore, question_vector: np.ndarray, question: str, k: int) -> list[str]:
+def select_seeds(store: IndexStore, question: Question, k: int) -> list[str]:
     """Entities named in the question first (exact evidence), then nearest by vector; k at most."""
-    named = store.match_names(question)
-    query = np.asarray(question_vector, dtype=np.float32).reshape(1, -1)
+    query = np.asarray(question.vector, dtype=np.float32).reshape(1, -1)
     hits = store.vectors("entity").search(query, k)[0]
     nearest = [eid for eid, _ in hits if eid in store.entities]
-    return unique_ordered(named, nearest, limit=k)
+    return unique_ordered(list(question.named), nearest, limit=k)
 
 
 def expand_neighbours(store: IndexStore, seeds: list[str], limit: int) -> list[str]:
@@ -176,11 +167,9 @@ def _report_block(store: IndexStore, i: int, cid: str) -> str:
     return "\n".join(lines)
 
 
-def build_local_context(
-    store: IndexStore, question_vector: np.ndarray, question: str, section: QuerySection
-) -> LocalContext:
+def build_local_context(store: IndexStore, question: Question, section: QuerySection) -> LocalContext:
     """Rank the neighbourhood of the question's entities into one tagged, budgeted context."""
-    seeds = select_seeds(store, question_vector, question, section.top_k_entities)
+    seeds = select_seeds(store, question, section.top_k_entities)
     neighbours = expand_neighbours(store, seeds, _NEIGHBOURS_PER_SEED_SLOT * section.top_k_entities)
     selected = seeds + neighbours
 
@@ -208,7 +197,7 @@ def build_local_context(
         else:
             # Personalised PageRank over entities and passages (query/retrieval.py), not only
             # the seeds' own units: multi-hop evidence shares an entity with a seed passage.
-            ids = rank_units(store, question, question_vector, section.retrieval, _UNITS_RANKED * section.top_k_units)
+            ids = rank_units(store, question, section.retrieval, _UNITS_RANKED * section.top_k_units)
             blocks = [unit_block(store, f"U{i}", u) for i, u in enumerate(ids, 1)]
         # The last section takes whatever is left, so rounding never strands tokens.
         room = budget - sum(used_by.values()) if name == "units" else int(budget * share) + carry
@@ -262,21 +251,15 @@ def cited_unit_ids(store: IndexStore, ctx: LocalContext, answer_text: str | None
 HOPS = 1
 
 
-def local_coverage(store: IndexStore, question: str, ctx: LocalContext, section: QuerySection) -> dict:
+def local_coverage(store: IndexStore, question: Question, ctx: LocalContext, section: QuerySection) -> dict:
     """Seeds and how each was found, hops, units and documents in the context, budget used."""
-    return {"method": "local", "seeds": seed_facts(store, ctx.seed_ids, store.match_names(question)), "hops": HOPS,
+    return {"method": "local", "seeds": seed_facts(store, ctx.seed_ids, question.named), "hops": HOPS,
             **context_coverage(store, ctx.unit_ids, ctx.tokens, section.max_context_tokens)}
 
 
-def local_search(
-    store: IndexStore,
-    chat: ChatModel,
-    question: str,
-    question_vector: np.ndarray,
-    section: QuerySection,
-    prompt: str,
-) -> Answer:
-    ctx = build_local_context(store, question_vector, question, section)
+def local_search(store: IndexStore, chat: ChatModel, question: Question, section: QuerySection,
+                 prompt: str) -> Answer:
+    ctx = build_local_context(store, question, section)
     details = {
         "seeds": len(ctx.seed_ids),
         "entities": len(ctx.entity_ids),
@@ -287,16 +270,7 @@ def local_search(
     }
     coverage = local_coverage(store, question, ctx, section)
     if not ctx.text.strip():
-        return Answer(question=question, answer=NO_CONTEXT_ANSWER, method="local", details=details, coverage=coverage)
-    result = ask_once(chat, "local", fill_prompt(prompt, context=ctx.text, question=question), section.max_tokens)
-    unit_ids = cited_unit_ids(store, ctx, result.text)
-    return Answer(
-        question=question,
-        answer=(result.text or "").strip(),
-        method="local",
-        citations=citations_for(unit_ids, store.units, store.docs),
-        context_tokens=ctx.tokens,
-        error=result.error,
-        details=details,
-        coverage=coverage,
-    )
+        return Answer(question=question.text, answer=NO_CONTEXT_ANSWER, method="local", details=details, coverage=coverage)
+    return answer_over_context(chat, "local", question.text, ctx.text, prompt, section.max_tokens, store,
+                               lambda text: cited_unit_ids(store, ctx, text), context_tokens=ctx.tokens,
+                               details=details, coverage=coverage)

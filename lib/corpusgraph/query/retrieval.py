@@ -4,7 +4,7 @@ One graph holds entity nodes and passage (text unit) nodes: entity-entity edges 
 `relationships`, entity-passage edges from each entity's `unit_ids`. A question puts restart
 mass on two kinds of nodes:
 
-- entities it names (exact title or alias matches, `IndexStore.match_names`) and, when
+- entities it names (exact title or alias matches, parsed once: query/question.py) and, when
   `entity_seeds` > 0, entities whose vectors are nearest the question's; each weighted by its
   specificity (1 / the number of passages it occurs in: a name found in three passages says
   more than one found in three hundred);
@@ -56,6 +56,7 @@ from corpusgraph.graph.walk import WalkGraph
 from corpusgraph.query import hops
 from corpusgraph.query.adaptive import entity_share, keep_dense, seed_support
 from corpusgraph.query.lexical import Bm25, TitleIndex
+from corpusgraph.query.question import Question
 from corpusgraph.text import clean_name, normalise_name
 
 if TYPE_CHECKING:  # the store imports this module when it builds its retriever
@@ -124,8 +125,8 @@ class GraphRetriever:
         unit = self.store.units[unit_id]
         return self.titles.titles_in(unit.get("text") or "", unit["doc_id"])
 
-    def named_passages(self, question: str, question_vector: np.ndarray, w: RetrievalSection) -> list[str]:
-        return hops.named_passages(self, question, question_vector, w)
+    def named_passages(self, question: Question, w: RetrievalSection) -> list[str]:
+        return hops.named_passages(self, question, w)
 
     def bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray,
                w: RetrievalSection) -> list[tuple[str, float]]:
@@ -140,12 +141,12 @@ class GraphRetriever:
         title = (self.store.docs.get(unit["doc_id"]) or {}).get("title") or ""
         return f"{title}\n{unit.get('text') or ''}"
 
-    def passage_scores(self, question: str, question_vector: np.ndarray, w: RetrievalSection) -> dict[int, float]:
+    def passage_scores(self, question: Question, w: RetrievalSection) -> dict[int, float]:
         """Hybrid dense + BM25 score of the candidate passages (unit index -> score in [0, 1])."""
-        q = np.asarray(question_vector, dtype=np.float32).reshape(1, -1)
+        q = np.asarray(question.vector, dtype=np.float32).reshape(1, -1)
         dense = {self.unit_index[u]: s for u, s in self.store.vectors("text_unit").search(q, w.candidates)[0]
                  if u in self.unit_index}
-        bm = self.bm25.scores(question)
+        bm = self.bm25.scores(question.text)
         k = min(w.candidates, bm.size)
         top_bm = np.argpartition(-bm, k - 1)[:k] if k < bm.size else np.arange(bm.size)
         lexical = {int(i): float(bm[i]) for i in top_bm if bm[i] > 0}
@@ -158,18 +159,16 @@ class GraphRetriever:
         fused = w.dense_weight * d + (1 - w.dense_weight) * lx
         return dict(zip(cands, fused.tolist()))
 
-    def named_entities(self, question: str) -> set[int]:
-        """Indexes of the entities the question names (`IndexStore.match_names`)."""
-        return {self.entity_index[e] for e in self.store.match_names(question) if e in self.entity_index}
+    def named_entities(self, question: Question) -> set[int]:
+        """Indexes of the entities the question names."""
+        return {self.entity_index[e] for e in question.named if e in self.entity_index}
 
-    def entity_seeds(self, question: str, question_vector: np.ndarray, w: RetrievalSection,
-                     named: set[int] | None = None) -> dict[int, float]:
-        """Entity index -> seed weight: named entities (`named`, found in the question when not
-        given) 1.0, nearest vectors their cosine; each scaled by specificity (1 / passages it
-        occurs in)."""
-        seeds: dict[int, float] = dict.fromkeys(self.named_entities(question) if named is None else named, 1.0)
+    def entity_seeds(self, question: Question, w: RetrievalSection) -> dict[int, float]:
+        """Entity index -> seed weight: entities the question names 1.0, nearest vectors their
+        cosine; each scaled by specificity (1 / passages it occurs in)."""
+        seeds: dict[int, float] = dict.fromkeys(self.named_entities(question), 1.0)
         if w.entity_seeds > 0 and len(self.entity_ids):
-            q = np.asarray(question_vector, dtype=np.float32).reshape(1, -1)
+            q = np.asarray(question.vector, dtype=np.float32).reshape(1, -1)
             hits = self.store.vectors("entity").search(q, w.entity_seeds)[0]
             best = max((score for _, score in hits), default=0.0)
             for eid, score in hits:
@@ -179,14 +178,13 @@ class GraphRetriever:
                     seeds[i] = max(seeds.get(i, 0.0), float(score))
         return {i: s / max(self.passages_of[i], 1.0) for i, s in seeds.items()}
 
-    def rank(self, question: str, question_vector: np.ndarray, w: RetrievalSection, limit: int) -> list[tuple[str, float]]:
+    def rank(self, question: Question, w: RetrievalSection, limit: int) -> list[tuple[str, float]]:
         """The `limit` best (unit_id, score) pairs for the question, best first."""
         if not self.unit_ids:
             return []
         n_ent = len(self.entity_ids)
-        passages = self.passage_scores(question, question_vector, w)
-        named_entities = self.named_entities(question)
-        seeds = self.entity_seeds(question, question_vector, w, named_entities)
+        passages = self.passage_scores(question, w)
+        seeds = self.entity_seeds(question, w)
         reset = np.zeros(self.n)
         if seeds and passages and w.seed_support:
             score = np.zeros(len(self.unit_ids))
@@ -219,14 +217,14 @@ class GraphRetriever:
             dense = [self.unit_ids[i] for i in best]
             evidence = {u: float(unit_scores[self.unit_index[u]]) for u in dense}
             ranked = keep_dense(ranked, dense, evidence, w.keep_dense, w.keep_dense_margin * (1.0 - trust))
-        named_units = self.named_passages(question, question_vector, w)
+        named_units = self.named_passages(question, w)
         if named_units:
             # Named documents first, with the top walk score; the walk's order after them.
             top = max((score for _, score in ranked), default=1.0)
             first = {u: top for u in named_units}
             ranked = list(first.items()) + [(u, score) for u, score in ranked if u not in first]
-        ranked = self.bridge(ranked, question_vector, w)
-        ranked = self.entity_bridge(ranked, question_vector, w, named_entities)
+        ranked = self.bridge(ranked, question.vector, w)
+        ranked = self.entity_bridge(ranked, question.vector, w, self.named_entities(question))
         return ranked[:limit]
 
     def passages_of_entity(self, e: int) -> np.ndarray:
@@ -239,7 +237,6 @@ class GraphRetriever:
         return self.graph.neighbourhood_pagerank(reset, w.damping, w.iterations, w.walk_hops, w.max_walk_nodes)
 
 
-def rank_units(store: IndexStore, question: str, question_vector: np.ndarray, weights: RetrievalSection,
-               limit: int) -> list[str]:
+def rank_units(store: IndexStore, question: Question, weights: RetrievalSection, limit: int) -> list[str]:
     """Unit ids for the question's context, best first (at most `limit`)."""
-    return [u for u, _ in store.retriever().rank(question, question_vector, weights, limit)]
+    return [u for u, _ in store.retriever().rank(question, weights, limit)]
