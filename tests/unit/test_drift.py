@@ -60,6 +60,14 @@ def test_primer_follow_ups_in_one_batch_then_reduce(store):
     assert answer.citations and all(c.unit_id in store.units for c in answer.citations)
 
 
+def test_the_question_and_each_follow_up_have_their_names_matched_once(store, monkeypatch):
+    asked = []
+    match = store.match_names
+    monkeypatch.setattr(store, "match_names", lambda text: asked.append(text) or match(text))
+    engine(store, DriftChat(["Who trained Tobin Hale?", "What did the Lumen Guild make?"])).ask(QUESTION, method="drift")
+    assert asked == [QUESTION, "Who trained Tobin Hale?", "What did the Lumen Guild make?"]
+
+
 def test_breadth_and_depth_bound_the_calls(store):
     chat = DriftChat(["Q one?", "Q two?", "Q three?", "Q four?"], more=["Q five?", "Q one?"])
     answer = engine(store, chat, drift={"breadth": 2, "depth": 2}).ask(QUESTION, method="drift")

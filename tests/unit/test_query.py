@@ -106,6 +106,16 @@ def test_local_context_respects_a_small_budget(store):
     assert tight.unit_ids and len(tight.unit_ids) < len(roomy.unit_ids)
 
 
+def test_a_local_question_has_its_names_matched_once(store, monkeypatch):
+    asked = []
+    match = store.match_names
+    monkeypatch.setattr(store, "match_names", lambda text: asked.append(text) or match(text))
+    for method in ("local", "auto"):  # auto: the router and local search share the one match
+        asked.clear()
+        answer = engine(store, ScriptedChat(answer="x")).ask("Who taught Tobin Hale?", method=method)
+        assert answer.method == "local" and asked == ["Who taught Tobin Hale?"]
+
+
 def test_local_answer_cites_context_and_relationship_units(store):
     chat = ScriptedChat(answer="Mara Voss trained him [R1].")
     answer = engine(store, chat, top_k_entities=1).ask("Who taught Tobin Hale?", method="local")
