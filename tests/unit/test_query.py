@@ -34,6 +34,28 @@ def test_store_lookups_and_deleted_documents(store):
     assert store.match_names("Did the Iron Coast Company pay Ilsa Brand?") == ["e_iron", "e_ilsa"]
 
 
+def test_row_types_name_the_table_contracts_columns():
+    from corpusgraph.query.rows import ROW_TYPES
+    from corpusgraph.query.store import _DOC_COLUMNS
+    from corpusgraph.tables import table
+
+    for name, row in ROW_TYPES.items():
+        columns = _DOC_COLUMNS if name == "documents" else table(name).schema.names
+        assert set(row.__annotations__) == set(columns), name
+
+
+def test_nulls_are_filled_with_the_one_meaning_of_their_table():
+    from corpusgraph.query.rows import filled
+
+    rel, = filled("relationships", [{"rel_id": "r", "source_id": "a", "target_id": "b", "description": None,
+                                     "weight": None, "unit_ids": None}])
+    assert rel["weight"] == 1.0 and rel["unit_ids"] == []  # one mention, whose strength is at least 1
+    report, = filled("community_reports", [{"community_id": "c", "rating": None, "findings": None}])
+    assert report["rating"] == 0.0 and report["findings"] == []
+    claim, = filled("claims", [{"claim_id": "k", "object_id": None}])
+    assert claim["object_id"] is None  # no object: none, not a default
+
+
 def test_missing_table_names_it_and_the_fix(tmp_path):
     from corpusgraph.query.store import IndexMissingError, IndexStore
 

@@ -90,7 +90,7 @@ def primer_reports(store: IndexStore, question: Question, k: int) -> tuple[list[
 def _by_entities(store: IndexStore, question: Question, k: int) -> list[str]:
     seeds = select_seeds(store, question, max(k, 5))
     count: Counter[str] = Counter(c for e in seeds for c in store.entity_communities.get(e, ()) if c in store.reports)
-    ranked = sorted(count, key=lambda c: (-count[c], -float(store.reports[c].get("rating") or 0.0), c))
+    ranked = sorted(count, key=lambda c: (-count[c], -store.reports[c]["rating"], c))
     return ranked[:k]
 
 
@@ -190,7 +190,7 @@ def drift_search(
         details["failed_steps"] += max(len(requests) - len(results), 0)
         follow_ups = next_round
 
-    primer_units = [u for c in primer_ids for u in (store.communities.get(c) or {}).get("unit_ids") or ()]
+    primer_units = [u for c in primer_ids if c in store.communities for u in store.communities[c]["unit_ids"]]
     unit_ids = [u for u in unique_ordered(cited, shown + primer_units) if u in store.units][:MAX_CITED_UNITS]
     coverage = drift_coverage(store, primer_ids, count_tokens(primer_context), contexts, section)
     if not findings:

@@ -60,7 +60,7 @@ def route(store: IndexStore, question: str, named: Sequence[str] | None = None) 
     cue = _CORPUS_WIDE.search(text)
     strong = _STRONG.search(text)
     named = store.match_names(question) if named is None else named
-    names = ", ".join((store.entities[e].get("title") or e) for e in named[:3])
+    names = ", ".join((store.entities[e]["title"] or e) for e in named[:3])
     if cue and (not named or strong):
         why = f"corpus-wide wording ({(strong or cue).group(0).strip()!r})"
         return "global", why + (f" outweighs named entities ({names})" if named else "")

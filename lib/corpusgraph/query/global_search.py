@@ -28,7 +28,7 @@ from collections import Counter
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel
 from corpusgraph.query.answer import Answer, ask_once, citations_for, fill_prompt, fit_budget, pack_blocks
-from corpusgraph.query.coverage import global_coverage
+from corpusgraph.query.coverage import community_units, global_coverage
 from corpusgraph.query.global_map import (
     MAX_POINTS,
     MapRead,
@@ -87,13 +87,7 @@ def _cited_units(store: IndexStore, points: list[Point]) -> list[str]:
     weight: Counter[str] = Counter()
     order: dict[str, int] = {}
     for point in points:
-        units: set[str] = set()
-        for cid in point.community_ids:
-            com = store.communities.get(cid) or {}
-            unit_ids = com.get("unit_ids") or [
-                u for e in com.get("entity_ids") or () for u in (store.entities.get(e) or {}).get("unit_ids") or ()
-            ]
-            units.update(u for u in unit_ids if u in store.units)
+        units = {u for cid in point.community_ids for u in community_units(store, cid)}
         for u in sorted(units):
             backing[u] += 1
             weight[u] += point.score
@@ -137,7 +131,7 @@ def global_search(
         used_level = choose_level(store, section.global_.level if level is None else level)
         community_ids = sorted(
             store.reports_by_level[used_level],
-            key=lambda c: (-float(store.reports[c].get("rating") or 0.0), c),  # strongest reports first
+            key=lambda c: (-store.reports[c]["rating"], c),  # strongest reports first
         )
         details = {**details, "selection": "dynamic_fallback" if details else "level", "level": used_level}
     if early is not None:

@@ -100,7 +100,7 @@ def expand_neighbours(store: IndexStore, seeds: list[str], limit: int) -> list[s
             if other in seed_set or other not in store.entities:
                 continue
             # Summed, so a neighbour tied to two seeds outranks one tied to a single seed.
-            weight[other] = weight.get(other, 0.0) + float(store.relationships[rel_id].get("weight") or 0.0)
+            weight[other] = weight.get(other, 0.0) + store.relationships[rel_id]["weight"]
     ranked = sorted(weight, key=lambda e: (-weight[e], -store.degree(e), e))
     return ranked[:limit]
 
@@ -118,7 +118,7 @@ def _rank_relationships(store: IndexStore, seeds: list[str], selected: list[str]
     def key(rel_id: str):
         rel = store.relationships[rel_id]
         on_seeds = (rel["source_id"] in seed_set) + (rel["target_id"] in seed_set)
-        return (-on_seeds, -float(rel.get("weight") or 0.0), rel_id)
+        return (-on_seeds, -rel["weight"], rel_id)
 
     return sorted(rel_ids, key=key)
 
@@ -130,7 +130,7 @@ def _rank_communities(store: IndexStore, selected: list[str]) -> list[str]:
 
     def key(cid: str):
         report = store.reports[cid]
-        return (report["level"], -count[cid], -float(report.get("rating") or 0.0), cid)
+        return (report["level"], -count[cid], -report["rating"], cid)
 
     return sorted(with_report, key=key)
 
@@ -139,31 +139,31 @@ def _title(store: IndexStore, entity_id: str | None) -> str:
     if not entity_id:
         return "?"
     ent = store.entities.get(entity_id)
-    return (ent.get("title") if ent else None) or entity_id
+    return (ent["title"] if ent else None) or entity_id
 
 
 def _entity_line(store: IndexStore, i: int, eid: str) -> str:
     ent = store.entities[eid]
-    return f"[E{i}] {ent.get('title') or eid} ({ent.get('type') or 'entity'}): {(ent.get('description') or '').strip()}"
+    return f"[E{i}] {ent['title'] or eid} ({ent['type'] or 'entity'}): {(ent['description'] or '').strip()}"
 
 
 def _rel_line(store: IndexStore, i: int, rel_id: str) -> str:
     rel = store.relationships[rel_id]
     ends = f"{_title(store, rel['source_id'])} -- {_title(store, rel['target_id'])}"
-    return f"[R{i}] {ends}: {(rel.get('description') or '').strip()}"
+    return f"[R{i}] {ends}: {(rel['description'] or '').strip()}"
 
 
 def _claim_line(store: IndexStore, i: int, claim_id: str) -> str:
     c = store.claims[claim_id]
-    about = _title(store, c.get("subject_id")) + (f" -> {_title(store, c['object_id'])}" if c.get("object_id") else "")
-    kind = ", ".join(x for x in (c.get("type"), c.get("status")) if x)
-    return f"[C{i}] {about}" + (f" ({kind})" if kind else "") + f": {(c.get('description') or '').strip()}"
+    about = _title(store, c["subject_id"]) + (f" -> {_title(store, c['object_id'])}" if c["object_id"] else "")
+    kind = ", ".join(x for x in (c["type"], c["status"]) if x)
+    return f"[C{i}] {about}" + (f" ({kind})" if kind else "") + f": {(c['description'] or '').strip()}"
 
 
 def _report_block(store: IndexStore, i: int, cid: str) -> str:
     rep = store.reports[cid]
-    lines = [f"[P{i}] {rep.get('title') or cid}: {(rep.get('summary') or '').strip()}"]
-    lines += [f"- {f.get('summary') or ''}" for f in rep.get("findings") or [] if f and f.get("summary")]
+    lines = [f"[P{i}] {rep['title'] or cid}: {(rep['summary'] or '').strip()}"]
+    lines += [f"- {f['summary']}" for f in rep["findings"] if f and f.get("summary")]
     return "\n".join(lines)
 
 
@@ -239,7 +239,7 @@ def cited_unit_ids(store: IndexStore, ctx: LocalContext, answer_text: str | None
     cited_rels = [ctx.rel_ids[n - 1] for n in cited_tags(answer_text, "R") if 0 < n <= n_rels]
 
     def rel_units(rel_ids: list[str]) -> list[str]:
-        return [u for r in rel_ids for u in store.relationships[r].get("unit_ids") or ()]
+        return [u for r in rel_ids for u in store.relationships[r]["unit_ids"]]
 
     first = unique_ordered(cited_units, rel_units(cited_rels))
     extra = [u for u in unique_ordered([], rel_units(ctx.rel_ids)) if u not in ctx.unit_ids and u not in first]

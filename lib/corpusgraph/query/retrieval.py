@@ -88,11 +88,11 @@ class GraphRetriever:
             a, b = self.entity_index.get(rel["source_id"]), self.entity_index.get(rel["target_id"])
             if a is None or b is None or a == b:
                 continue
-            src.append(a), dst.append(b), w.append(float(rel.get("weight") or 1.0))
+            src.append(a), dst.append(b), w.append(float(rel["weight"]))
         self.passages_of = np.zeros(n_ent, dtype=np.float64)
         linked: list[set[str]] = []
         for e, eid in enumerate(self.entity_ids):
-            own = {u for u in store.entities[eid].get("unit_ids") or () if u in self.unit_index}
+            own = {u for u in store.entities[eid]["unit_ids"] if u in self.unit_index}
             linked.append(own)
             units = sorted(self.unit_index[u] for u in own)
             self.passages_of[e] = len(units)

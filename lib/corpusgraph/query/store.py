@@ -14,6 +14,17 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from corpusgraph.query.rows import (
+    ClaimRow,
+    CommunityRow,
+    DocumentRow,
+    DomainReportRow,
+    EntityRow,
+    RelationshipRow,
+    ReportRow,
+    UnitRow,
+    filled,
+)
 from corpusgraph.tables import table_path
 from corpusgraph.text import normalise_name
 
@@ -48,13 +59,14 @@ def report_shown(report: dict) -> bool:
     return bool((report.get("summary") or "").strip()) and not report.get("error")
 
 
-def _read_table(warehouse: str, name: str, columns: list[str] | None = None):
+def _read_rows(warehouse: str, name: str, columns: list[str] | None = None) -> list:
+    """The table's rows as dicts, nulls filled as its contract means them (rows.py)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     path = table_path(warehouse, name)
     try:
-        return DeltaTable(path).to_pyarrow_table(columns=columns)
+        return filled(name, DeltaTable(path).to_pyarrow_table(columns=columns).to_pylist())
     except TableNotFoundError as exc:
         raise IndexMissingError(
             f"table {name!r} not found at {path}; run `corpusgraph index` first"
@@ -64,8 +76,8 @@ def _read_table(warehouse: str, name: str, columns: list[str] | None = None):
 class IndexStore:
     """Loads the query tables and vector indexes once and keeps id lookups over them.
 
-    Attributes are plain dicts of row dicts: `docs`, `units`, `entities`, `relationships`,
-    `claims`, `communities`, `reports`; and derived maps `adjacency` (entity id -> rel ids),
+    Attributes are plain dicts of row dicts, typed per table (rows.py): `docs`, `units`,
+    `entities`, `relationships`, `claims`, `communities`, `reports`; and derived maps `adjacency` (entity id -> rel ids),
     `entity_claims` (entity id -> claim ids), `entity_communities` (entity id -> community ids),
     `reports_by_level` (level -> community ids) and `names` (normalised title or alias -> ids).
     `unit_domain` maps every unit, those of deleted documents too, to its document's access domain.
@@ -75,7 +87,7 @@ class IndexStore:
     """
 
     domains: frozenset[str] | None = None
-    domain_reports: dict[tuple[str, str], dict] = {}  # (community id, domain) -> report row
+    domain_reports: dict[tuple[str, str], DomainReportRow] = {}  # (community id, domain) -> report row
 
     def __init__(self, warehouse: str, index_dir: str, *, load_vectors: bool = True):
         self.warehouse = warehouse
@@ -90,38 +102,34 @@ class IndexStore:
 
     def _load_tables(self) -> None:
         wh = self.warehouse
-        docs = _read_table(wh, "documents", _DOC_COLUMNS).to_pylist()
+        docs: list[DocumentRow] = _read_rows(wh, "documents", _DOC_COLUMNS)
         # A document marked deleted must not be cited, nor its units shown.
-        deleted = {d["doc_id"] for d in docs if d.get("deleted")}
-        self.docs: dict[str, dict] = {d["doc_id"]: d for d in docs if d["doc_id"] not in deleted}
-        units = _read_table(wh, "text_units").to_pylist()
+        deleted = {d["doc_id"] for d in docs if d["deleted"]}
+        self.docs: dict[str, DocumentRow] = {d["doc_id"]: d for d in docs if d["doc_id"] not in deleted}
+        units: list[UnitRow] = _read_rows(wh, "text_units")
         # Deleted documents' units too: an entity merged from one still carries its text, so an
         # access check must know that unit's domain. A unit of no known document has none.
-        domain_of_doc = {d["doc_id"]: d.get("access_domain") for d in docs}
+        domain_of_doc = {d["doc_id"]: d["access_domain"] for d in docs}
         self.unit_domain: dict[str, str | None] = {u["unit_id"]: domain_of_doc.get(u["doc_id"]) for u in units}
-        self.units: dict[str, dict] = {u["unit_id"]: u for u in units if u["doc_id"] not in deleted}
-        self.entities: dict[str, dict] = {e["entity_id"]: e for e in _read_table(wh, "entities").to_pylist()}
-        self.relationships: dict[str, dict] = {
-            r["rel_id"]: r for r in _read_table(wh, "relationships").to_pylist()
-        }
+        self.units: dict[str, UnitRow] = {u["unit_id"]: u for u in units if u["doc_id"] not in deleted}
+        self.entities: dict[str, EntityRow] = {e["entity_id"]: e for e in _read_rows(wh, "entities")}
+        self.relationships: dict[str, RelationshipRow] = {r["rel_id"]: r for r in _read_rows(wh, "relationships")}
         try:
-            claims = _read_table(wh, "claims").to_pylist()
+            claims: list[ClaimRow] = _read_rows(wh, "claims")
         except IndexMissingError:
             claims = []
-        self.claims: dict[str, dict] = {c["claim_id"]: c for c in claims}
-        self.communities: dict[str, dict] = {
-            c["community_id"]: c for c in _read_table(wh, "communities").to_pylist()
-        }
-        self.reports: dict[str, dict] = {
-            r["community_id"]: r for r in _read_table(wh, "community_reports").to_pylist() if report_shown(r)
+        self.claims: dict[str, ClaimRow] = {c["claim_id"]: c for c in claims}
+        self.communities: dict[str, CommunityRow] = {c["community_id"]: c for c in _read_rows(wh, "communities")}
+        self.reports: dict[str, ReportRow] = {
+            r["community_id"]: r for r in _read_rows(wh, "community_reports") if report_shown(r)
         }
         # Per-domain reports of communities that mix domains (reports.per_domain); only
         # restricted views show them (access.py). An index built before them has none.
         try:
-            domain_reports = _read_table(wh, "community_domain_reports").to_pylist()
+            domain_reports: list[DomainReportRow] = _read_rows(wh, "community_domain_reports")
         except IndexMissingError:
             domain_reports = []
-        self.domain_reports: dict[tuple[str, str], dict] = {
+        self.domain_reports: dict[tuple[str, str], DomainReportRow] = {
             (r["community_id"], r["domain"]): r for r in domain_reports if report_shown(r)
         }
         self._build_lookups()
@@ -136,7 +144,7 @@ class IndexStore:
 
         entity_claims: dict[str, list[str]] = defaultdict(list)
         for claim_id, claim in self.claims.items():
-            for end in (claim.get("subject_id"), claim.get("object_id")):
+            for end in (claim["subject_id"], claim["object_id"]):
                 if end:
                     entity_claims[end].append(claim_id)
         self.entity_claims = dict(entity_claims)
@@ -145,7 +153,7 @@ class IndexStore:
         communities_by_level: dict[int, list[str]] = defaultdict(list)
         for cid, com in self.communities.items():
             communities_by_level[com["level"]].append(cid)
-            for eid in com.get("entity_ids") or []:
+            for eid in com["entity_ids"]:
                 entity_communities[eid].append(cid)
         self.entity_communities = dict(entity_communities)
         self.communities_by_level = dict(communities_by_level)
@@ -157,7 +165,7 @@ class IndexStore:
 
         names: dict[str, list[str]] = defaultdict(list)
         for eid, ent in self.entities.items():
-            for name in [ent.get("title") or ""] + list(ent.get("aliases") or []):
+            for name in [ent["title"] or "", *ent["aliases"]]:
                 key = normalise_name(name)
                 if key and eid not in names[key]:
                     names[key].append(eid)
@@ -235,7 +243,7 @@ class IndexStore:
 
     def _case_match(self, entity_id: str, question: str) -> bool:
         ent = self.entities[entity_id]
-        for name in [ent.get("title") or ""] + list(ent.get("aliases") or []):
+        for name in [ent["title"] or "", *ent["aliases"]]:
             if name and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", question):
                 return True
         return False
