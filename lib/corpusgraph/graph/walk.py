@@ -90,7 +90,7 @@ class WalkGraph:
             positions, _ = self._out_positions(frontier)
             found = self.csr_dst[positions]
             # Distinct new nodes, sorted, by marking them: next to a hub the raw list runs to
-            # millions of ids, where np.unique's hashing took ~0.1 s a question at 100k documents.
+            # millions of ids, and np.unique's hashing of them cost more than the walk itself.
             fresh = np.zeros(self.n, dtype=bool)
             fresh[found[~inside[found]]] = True
             found = np.flatnonzero(fresh)

@@ -1,9 +1,10 @@
 """The index as the query side sees it: Delta tables read once through delta-rs, plus FAISS.
 
 Nothing here imports pyspark: the service reads the warehouse with the `deltalake` package.
-Rows become plain dicts keyed by id, which answers the lookups the queries make (a unit, an
-entity's edges, the communities an entity sits in) in constant time; a few tens of thousands of
-rows load in about a second. Larger corpora will want lazier structures (a later issue).
+Rows become dicts keyed by id, typed per table (rows.py), which answers the lookups the queries
+make (a unit, an entity's edges, the communities an entity sits in) in constant time (load time
+at 100k documents: tests/benchmarks/results/service_load.json). Larger corpora will want lazier
+structures (a later issue).
 """
 
 from __future__ import annotations

@@ -166,7 +166,8 @@ class EmbeddingSection(Section):
         "exact_max_vectors, IVF-flat above. flat: always exact. ivf / hnsw: always approximate. The choice, its "
         "parameters and its measured recall@10 are recorded in <kind>.meta.json.")
     exact_max_vectors: int = Field(200_000, ge=0, description="auto: kinds with at most this many vectors get an "
-                                   "exact index (search times by index size: tests/benchmarks/results/scale.json).")
+                                   "exact index (measured build and search times: "
+                                   "tests/benchmarks/results/service_load.json).")
     ivf_nlist: int | None = Field(None, ge=1, description="IVF: inverted lists; null: sqrt(vectors), at most "
                                   "one per 39 training vectors.")
     ivf_nprobe: int | None = Field(None, ge=1, description="IVF: lists searched per query; null: the smallest "
