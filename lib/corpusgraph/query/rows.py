@@ -15,11 +15,11 @@ a document without an access domain, an entity or report without a title.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, TypedDict
+from typing import Any, Iterable, Mapping, TypedDict
 
 __all__ = [
     "DocumentRow", "UnitRow", "EntityRow", "RelationshipRow", "ClaimRow", "CommunityRow", "Finding", "ReportRow",
-    "DomainReportRow", "ROW_TYPES", "filled",
+    "DomainReportRow", "ROW_TYPES", "filled", "report_shown",
 ]
 
 
@@ -141,3 +141,8 @@ def filled(table: str, rows: Iterable[dict]) -> list[dict]:
                 row[column] = list(default) if column in _LISTS else default
         out.append(row)
     return out
+
+
+def report_shown(report: Mapping) -> bool:
+    """Reports that failed to build have no summary; they would only put noise in a context."""
+    return bool((report.get("summary") or "").strip()) and not report.get("error")

@@ -9,12 +9,14 @@ structures (a later issue).
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from corpusgraph.query.access import VisibleVectors, select_view
 from corpusgraph.query.rows import (
     ClaimRow,
     CommunityRow,
@@ -25,11 +27,14 @@ from corpusgraph.query.rows import (
     ReportRow,
     UnitRow,
     filled,
+    report_shown,
 )
 from corpusgraph.tables import table_path
 from corpusgraph.text import normalise_name
 
-__all__ = ["IndexStore", "IndexMissingError", "report_shown"]
+__all__ = ["IndexStore", "RestrictedStore", "IndexMissingError", "report_shown"]
+
+log = logging.getLogger(__name__)
 
 # Document columns needed for citations; the text column is the bulk of the table and the
 # query side never shows whole documents, so it is not read.
@@ -53,11 +58,6 @@ _MAX_NAME_WORDS = 8
 
 class IndexMissingError(FileNotFoundError):
     """A table or vector index the queries need is not there (the index was not built)."""
-
-
-def report_shown(report: dict) -> bool:
-    """Reports that failed to build have no summary; they would only put noise in a context."""
-    return bool((report.get("summary") or "").strip()) and not report.get("error")
 
 
 def _read_rows(warehouse: str, name: str, columns: list[str] | None = None) -> list:
@@ -265,9 +265,7 @@ class IndexStore:
             views: dict[frozenset[str], IndexStore] = self.__dict__.setdefault("_views", {})
             view = views.get(key)
             if view is None:
-                from corpusgraph.query.access import restrict
-
-                view = restrict(self, key)
+                view = RestrictedStore(self, key)
                 if len(views) >= _MAX_VIEWS:
                     views.pop(next(iter(views)))
                 views[key] = view
@@ -279,3 +277,41 @@ class IndexStore:
             f"{len(self.entities)} entities, {len(self.relationships)} relationships, "
             f"{len(self.reports)} reports)"
         )
+
+
+class RestrictedStore(IndexStore):
+    """The rows of `base` that only `domains` contributed to (access.py's rules); built by
+    `IndexStore.restricted`."""
+
+    def __init__(self, base: IndexStore, domains: frozenset[str]):  # no super().__init__: it reads tables
+        self.base = base
+        self.domains = domains
+        self.warehouse = base.warehouse
+        self.index_dir = base.index_dir
+        self._vectors = {}
+        select_view(self, base, domains)
+        self._build_lookups()
+
+    def vectors(self, kind: str):
+        if kind not in self._vectors:
+            visible = {
+                "text_unit": self.units,
+                "entity": self.entities,
+                "relationship": self.relationships,
+                "claim": self.claims,
+                "community": self.communities,
+                "community_report": self.reports,
+                "document": self.docs,
+            }.get(kind)
+            if visible is None:  # a kind without an access rule: show none of it
+                log.warning("vector kind %r has no access rule; a restricted view returns no hits", kind)
+                visible = {}
+            self._vectors[kind] = VisibleVectors(self.base.vectors(kind), visible)
+        return self._vectors[kind]
+
+    def restricted(self, domains: Iterable[str] | None) -> IndexStore:
+        # Narrow from the full store, so the cache holds one view per set however it was reached.
+        return self if domains is None else self.base.restricted(self.domains & frozenset(domains))
+
+    def __repr__(self) -> str:
+        return f"RestrictedStore({sorted(self.domains)}: " + super().__repr__().split(": ", 1)[1]
