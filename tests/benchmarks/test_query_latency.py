@@ -313,7 +313,7 @@ def time_global(root: Path) -> dict:
         runs: dict[str, list] = {name: [] for name, _, _ in variants}
         for _ in range(REPEATS):
             for name, update, level in variants:
-                engine.section = section.model_copy(update=update)
+                engine.section = section.model_copy(update={"global_": section.global_.model_copy(update=update)})
                 t0 = time.perf_counter()
                 answer = engine.ask(f"What are the recurring causes of delays? ({time.time()})", method="global",
                                     level=level)
