@@ -147,8 +147,9 @@ class QueryEngine:
             raise ValueError(f"level must be a non-negative integer, got {level!r}")
         section = _with_top_k(self.section, top_k)
         store = self.store.restricted(domains)
-        # The question's names are matched once, here, and handed on with its vector.
-        named = None if method == "global" else store.match_names(question)
+        # The question's names are matched once, here, and handed on with its vector (basic and
+        # global search read none).
+        named = store.match_names(question) if method in ("auto", "local", "drift") else ()
         reason = None
         if method == "auto":
             method, reason = route(store, question, named)
