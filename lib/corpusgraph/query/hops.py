@@ -67,7 +67,8 @@ def bridge(r: GraphRetriever, ranked: list[tuple[str, float]], question_vector: 
     return list(out.items())
 
 
-def _next_hop(r: GraphRetriever, unit_id: str, cands: list[str], q: np.ndarray, floor: float, novelty: float) -> str | None:
+def _next_hop(r: GraphRetriever, unit_id: str, cands: list[str], q: np.ndarray, floor: float,
+              novelty: float) -> str | None:
     """The candidate with the highest cosine with the question less `novelty` times its cosine
     with `unit_id` (the passage that led there), among those whose cosine with the question
     reaches `floor`; None when there is none."""
@@ -81,8 +82,8 @@ def _next_hop(r: GraphRetriever, unit_id: str, cands: list[str], q: np.ndarray, 
     return cands[best] if np.isfinite(choice[best]) else None
 
 
-def entity_bridge(r: GraphRetriever, ranked: list[tuple[str, float]], question_vector: np.ndarray, w: RetrievalSection,
-                  named: set[int] = frozenset()) -> list[tuple[str, float]]:
+def entity_bridge(r: GraphRetriever, ranked: list[tuple[str, float]], question_vector: np.ndarray,
+                  w: RetrievalSection, named: set[int] = frozenset()) -> list[tuple[str, float]]:
     """After the first `entity_bridge_from` passages, for each of them the best passage that
     shares an entity with it: where the next hop is reached through an entity the first hop
     states rather than a title it names (Signmark's passage says Finland; the currency
