@@ -146,13 +146,11 @@ class EngineHolder:
         # caller's first question pays nothing extra.
         if store is None:
             return
-        from corpusgraph.query.retrieval import retriever_for
-
         # The ranking structures (BM25 postings, the walk's graph) too: a build takes a while at
         # scale, and a question must not pay for it inside its timeout.
-        retriever_for(store)
+        store.retriever()
         for domains in self.views:
-            retriever_for(store.restricted(domains))
+            store.restricted(domains).retriever()
 
     def reload(self) -> tuple[Loaded, bool]:
         """Blocking: load the index's latest version beside the one served, then swap it in.

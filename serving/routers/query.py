@@ -9,7 +9,6 @@ threads so the event loop keeps serving /readyz and other callers meanwhile.
 # No `from __future__ import annotations` here: FastAPI resolves a route's string annotations
 # in module globals, and QueryRequest is local to build_router.
 import asyncio
-import copy
 import dataclasses
 import functools
 import time
@@ -126,19 +125,5 @@ def _ask(engine: QueryEngine, domains, question: str, method: str, level: int | 
     timeout), then the engine's answer over it, its model calls bounded by `until`."""
     from corpusgraph.llm.base import deadline
 
-    if domains is not None:
-        engine = engine.with_store(engine.store.restricted(domains))
-    if top_k is not None:
-        engine = _with_top_k(engine, top_k)
     with deadline(until):
-        return engine.ask(question, method=method, level=level)
-
-
-def _with_top_k(engine: QueryEngine, top_k: int) -> QueryEngine:
-    """The engine with a per-request top_k: a shallow copy, so the store, model and prompts are
-    shared and the engine other requests use is untouched."""
-    section = engine.section.model_validate({**engine.section.model_dump(), "top_k_units": top_k,
-                                             "top_k_entities": top_k})
-    scoped = copy.copy(engine)
-    scoped.section = section
-    return scoped
+        return engine.ask(question, method=method, level=level, top_k=top_k, domains=domains)

@@ -209,7 +209,7 @@ def test_the_engine_refusing_a_question_is_a_400(store):
     class Refusing:
         store = None
 
-        def ask(self, question, method="auto", level=None):
+        def ask(self, question, method="auto", level=None, top_k=None, domains=None):
             raise ValueError("level 7 is not a level of this index")
 
     with running(store, engine_factory=lambda _settings: Refusing()) as (client, _):
@@ -373,7 +373,7 @@ def test_an_unexpected_error_is_a_json_500_that_quotes_nothing(store):
     class Broken:
         store = None
 
-        def ask(self, question, method="auto", level=None):
+        def ask(self, question, method="auto", level=None, top_k=None, domains=None):
             raise RuntimeError("the text of a private document")
 
     with TestClient(create_app(settings(), engine_factory=lambda _s: Broken()), raise_server_exceptions=False) as client:

@@ -109,7 +109,7 @@ def test_a_500_carries_a_request_id_and_no_trace_or_path(store, caplog):
     class Broken:
         store = None
 
-        def ask(self, question, method="auto", level=None):
+        def ask(self, question, method="auto", level=None, top_k=None, domains=None):
             raise RuntimeError("cannot read /srv/corpus/private/ledger.txt: the text of a private document")
 
     app = create_app(settings(), engine_factory=lambda _s: Broken())
