@@ -33,7 +33,7 @@ from ..config import ExtractSection
 from ..llm.base import ChatRequest, ChatResult
 from ..llm.repair import repair_json_object
 from ..prompts import Prompt
-from ..tables import table
+from ..tables import spark_struct, table
 
 __all__ = [
     "ExtractPrompts", "extraction_schema", "pack_schema", "build_request", "build_pack_request",
@@ -554,10 +554,4 @@ def packs_from(units, section: ExtractSection, round_: int, with_prior: bool):
                 [{"pack_id": pack_id([u["unit_id"] for u in p], round_), "units": [{k: u.get(k) for k in names} for u in p]}
                  for p in packs], schema=schema)
 
-    return units.select(*names).mapInArrow(pack_partition, _spark_type(schema))
-
-
-def _spark_type(schema: pa.Schema):
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
+    return units.select(*names).mapInArrow(pack_partition, spark_struct(schema))
