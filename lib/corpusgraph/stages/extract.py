@@ -42,7 +42,7 @@ from .extract_parse import (CLAIM_STATUSES, TRUNCATED_NOTE, grounded, parse_clai
 __all__ = [
     "ExtractPrompts", "extract_identity", "extraction_schema", "pack_schema", "build_request", "build_pack_request",
     "parse_extraction", "split_pack_answer", "pack_rows", "pack_requests", "needs_gleaning", "merge_gleaned",
-    "ExtractTask", "PackTask", "pending_units", "glean_candidates", "packs_from",
+    "PackTask", "pack_batch", "pending_units", "glean_candidates", "packs_from",
     # parsing and gleaning live in extract_parse.py and extract_glean.py; importable from here too
     "TRUNCATED_NOTE", "GLEAN_STOP_NOTE", "CLAIM_STATUSES", "grounded", "parse_unit", "parse_claims", "named_spans",
     "uncovered_spans",
@@ -294,26 +294,6 @@ class PackTask:
         return {**base, **lists, "error": "; ".join(dict.fromkeys(notes)) or None}
 
 
-class ExtractTask:
-    """One unit per call over plain text_units rows (unit_id, text): the unpacked protocol,
-    kept for callers that hand units straight to Ray (tests/benchmarks/test_llm_capacity.py)."""
-
-    output_schema: pa.Schema = table("extractions").schema
-    stage = "extract"
-
-    def __init__(self, section: ExtractSection, prompt: Prompt | ExtractPrompts, prompt_hash: str, model: str,
-                 run_id: str, temperature: float):
-        self.pack = PackTask(section, _as_prompts(prompt), prompt_hash, model, run_id, temperature)
-
-    def requests(self, rows: Sequence[dict]) -> list[ChatRequest]:
-        return [build_request(r["unit_id"], r["text"], self.pack.prompts, self.pack.section, self.pack.temperature)
-                for r in rows]
-
-    def outputs(self, rows: Sequence[dict], results: Sequence[ChatResult]) -> list[dict]:
-        now = datetime.now(timezone.utc)
-        return [self.pack.unit_rows([r], res, now)[0] for r, res in zip(rows, results)]
-
-
 # -- Spark transforms (no actions) -----------------------------------------------------------------
 
 
@@ -346,20 +326,32 @@ def glean_candidates(extractions, text_units, section: ExtractSection, prompt_ha
     return joined.select("unit_id", "text", "n_tokens", prior.alias("prior")).where(incomplete("text", "prior"))
 
 
+def _packs_schema(names: Sequence[str]) -> pa.Schema:
+    unit_type = pa.struct([f for f in _UNIT if f.name in names])
+    return pa.schema([("pack_id", pa.string()), ("units", pa.list_(unit_type))])
+
+
+def pack_batch(rows: Sequence[dict], section: ExtractSection, round_: int,
+               names: Sequence[str] = ("unit_id", "text", "n_tokens")) -> pa.RecordBatch | None:
+    """Unit rows -> one Arrow batch of pack rows (pack_id, units[] holding `names`), the input
+    PackTask reads; packed greedily in length order, so similar units share calls. None: no rows."""
+    rows = sorted(rows, key=lambda r: (int(r.get("n_tokens") or 0), r["unit_id"]))
+    packs = pack_rows(rows, section)
+    if not packs:
+        return None
+    return pa.RecordBatch.from_pylist(
+        [{"pack_id": pack_id([u["unit_id"] for u in p], round_), "units": [{k: u.get(k) for k in names} for u in p]}
+         for p in packs], schema=_packs_schema(names))
+
+
 def packs_from(units, section: ExtractSection, round_: int, with_prior: bool):
     """Unit rows -> pack rows (pack_id, units[]), packed greedily within each partition (no
-    shuffle; a pack never spans partitions). Ordered by length so similar units share calls."""
+    shuffle; a pack never spans partitions) by `pack_batch`."""
     names = ["unit_id", "text", "n_tokens"] + (["prior"] if with_prior else [])
-    unit_type = pa.struct([f for f in _UNIT if f.name in names])
-    schema = pa.schema([("pack_id", pa.string()), ("units", pa.list_(unit_type))])
 
     def pack_partition(batches):
-        rows = [r for b in batches for r in b.to_pylist()]
-        rows.sort(key=lambda r: (int(r.get("n_tokens") or 0), r["unit_id"]))
-        packs = pack_rows(rows, section)
-        if packs:
-            yield pa.RecordBatch.from_pylist(
-                [{"pack_id": pack_id([u["unit_id"] for u in p], round_), "units": [{k: u.get(k) for k in names} for u in p]}
-                 for p in packs], schema=schema)
+        batch = pack_batch([r for b in batches for r in b.to_pylist()], section, round_, names)
+        if batch is not None:
+            yield batch
 
-    return units.select(*names).mapInArrow(pack_partition, spark_struct(schema))
+    return units.select(*names).mapInArrow(pack_partition, spark_struct(_packs_schema(names)))
