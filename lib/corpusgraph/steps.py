@@ -117,7 +117,7 @@ def chunk(ctx: RunContext) -> StageResult:
 
 def extract_identity(ctx: RunContext):
     """(prompt, prompt_hash, model): what an extraction row is keyed on besides its unit."""
-    return extract_stage.extract_identity(ctx.cfg.extract, ctx.cfg.conf_dir, ctx.cfg.llm.model)
+    return extract_stage.extract_identity(ctx.cfg.extract, ctx.cfg.prompt_path, ctx.cfg.llm.model)
 
 
 def _llm_pass(ctx: RunContext, stage: str, pending, task, schema_name: str, part: str = "in",

@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
@@ -85,19 +85,18 @@ class ExtractPrompts:
         return self.extract.hash(extraction_schema(section), settings, used)
 
 
-def extract_identity(section: ExtractSection, conf_dir: str | Path, model: str
+def extract_identity(section: ExtractSection, prompt_path: Callable[[str], Path], model: str
                      ) -> tuple[ExtractPrompts | None, str, str]:
-    """(prompts, prompt_hash, model): what an extraction row is keyed on besides its unit. Prompt
-    paths are relative to `conf_dir`, the config file's folder. The fast method has no prompt: its
-    rows are keyed on its settings and spaCy model."""
+    """(prompts, prompt_hash, model): what an extraction row is keyed on besides its unit.
+    prompt_path: a prompt file's path from its config value (Config.prompt_path). The fast method
+    has no prompt: its rows are keyed on its settings and spaCy model."""
     if section.method == "fast":
         return (None, *fast_identity(section))
-
-    def load(relative: str) -> Prompt:
-        return load_prompt(Path(conf_dir) / relative)
-
-    prompts = ExtractPrompts(load(section.prompt), load(section.prompt_continue) if section.glean_rounds else None,
-                             load(section.prompt_claims) if section.claims else None)
+    prompts = ExtractPrompts(
+        load_prompt(prompt_path(section.prompt)),
+        load_prompt(prompt_path(section.prompt_continue)) if section.glean_rounds else None,
+        load_prompt(prompt_path(section.prompt_claims)) if section.claims else None,
+    )
     return prompts, prompts.hash(section), model
 
 
