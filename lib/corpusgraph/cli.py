@@ -61,8 +61,9 @@ def cmd_index(args) -> int:
 
 def cmd_estimate(args) -> int:
     """Dry run: what a build would cost, before any LLM spend (or after --calibrate N calls)."""
+    from . import progress
     from .estimate import run_estimate
-    from .estimate_view import format_estimate
+    from .estimate_view import format_estimate, write_chart
 
     cfg = _config(args)
     if args.calibrate < 0:
@@ -73,7 +74,9 @@ def cmd_estimate(args) -> int:
     try:
         est, out = run_estimate(cfg, spark, calibrate_n=args.calibrate, out_dir=args.out,
                                 sample_units=args.sample_units)
-        print(json.dumps(est.to_dict(), indent=2) if args.json else format_estimate(est, cfg))
+        chart = write_chart(est, out / "estimate")
+        progress.write(f"[corpusgraph] estimate written to {out / 'estimate.json'} and {chart}")
+        print(json.dumps(est.to_dict(), indent=2) if args.json else format_estimate(est, cfg.estimate))
     finally:
         if not args.submitted:
             spark.stop()

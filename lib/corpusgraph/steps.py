@@ -117,15 +117,7 @@ def chunk(ctx: RunContext) -> StageResult:
 
 def extract_identity(ctx: RunContext):
     """(prompt, prompt_hash, model): what an extraction row is keyed on besides its unit."""
-    sec = ctx.cfg.extract
-    if sec.method == "fast":  # no prompt: the rows are keyed on the method's settings and spaCy model
-        return (None, *extract_fast_stage.fast_identity(sec))
-    prompts = extract_stage.ExtractPrompts(
-        load_prompt(ctx.cfg.prompt_path(sec.prompt)),
-        load_prompt(ctx.cfg.prompt_path(sec.prompt_continue)) if sec.glean_rounds else None,
-        load_prompt(ctx.cfg.prompt_path(sec.prompt_claims)) if sec.claims else None,
-    )
-    return prompts, prompts.hash(sec), ctx.cfg.llm.model
+    return extract_stage.extract_identity(ctx.cfg.extract, ctx.cfg.prompt_path, ctx.cfg.llm.model)
 
 
 def _llm_pass(ctx: RunContext, stage: str, pending, task, schema_name: str, part: str = "in",
