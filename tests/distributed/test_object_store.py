@@ -1,41 +1,40 @@
-"""The warehouse on object storage: Spark writes Delta tables to s3a://, delta-rs and pyarrow read them.
+"""The warehouse on object storage: `corpusgraph index` writes its Delta tables to s3a://, and
+delta-rs and pyarrow read them back.
 
-An S3-compatible server (moto's server mode) runs on localhost (tests/distributed/objectstore.py);
-the test session's Spark gets the s3a settings that corpusgraph.storage derives for it, and
-corpusgraph's own Warehouse writes through Hadoop's s3a connector (the jars of conf/jars.pom.xml).
-What Spark committed is then read back by the JVM-free side, with no Spark involved: delta-rs
-with the storage options for the same store, and pyarrow's S3FileSystem reading the Parquet files
-the Delta log names.
+An S3-compatible server (moto's server mode) runs on localhost (tests/distributed/objectstore.py).
+`corpusgraph index --stages ingest,chunk` runs on the sample corpus with `storage.warehouse` an
+s3a:// URI and the s3a settings that corpusgraph.storage derives for that server in `spark.extra`:
+Spark, through Hadoop's s3a connector (the jars of conf/jars.pom.xml), creates every table and
+writes documents and text_units through corpusgraph's Warehouse. Then the JVM-free side reads what
+Spark committed: delta-rs with the storage options for the same store, and pyarrow's
+S3FileSystem reading the Parquet files that the Delta log names. Nothing of the warehouse is on
+the local disk.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
-from corpusgraph.delta_io import Warehouse
 from corpusgraph.storage import arrow_filesystem, delta_storage_options, delta_uri, parse, spark_hadoop_conf
-from corpusgraph.tables import spark_schema, table
+from corpusgraph.tables import table
+from tests.conftest import REPO
 from tests.distributed.objectstore import MotoServer
 
 pytestmark = pytest.mark.spark
 
-T0 = datetime(2026, 5, 1, 9, 30, tzinfo=timezone.utc)
-DOCS = [
-    dict(doc_id="d1", source_uri="s3a://in/a.md", title="A", text="Tallis complained.", content_hash="h1",
-         access_domain="operations", metadata="{}", ingested_at=T0, deleted=False),
-    dict(doc_id="d2", source_uri="s3a://in/b.txt", title="B", text="Duisburg, week 20.", content_hash="h2",
-         access_domain="operations", metadata="{}", ingested_at=T0, deleted=False),
-]
-# The merge on doc_id below changes d2 (now deleted) and adds d3: three rows, written out by hand.
-MERGED = [
-    DOCS[0],
-    {**DOCS[1], "deleted": True},
-    dict(doc_id="d3", source_uri="s3a://in/c.txt", title="C", text="Rotterdam, week 30.", content_hash="h3",
-         access_domain="finance", metadata='{"k": 1}', ingested_at=T0, deleted=False),
-]
+DOCS = REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs"
+WAREHOUSE = "s3a://corpusgraph/run-1/warehouse"
+# The sample corpus, counted by hand: 26 .md and 11 .txt files (one document each) and
+# records.jsonl (7 lines, one document each) make 26 + 11 + 7 = 44 documents, all distinct. With
+# conf/local.yaml's 600-token units every sample document fits one unit: 44 text units.
+N_DOCUMENTS = 44
+N_TEXT_UNITS = 44
 
 
 @pytest.fixture
@@ -44,44 +43,55 @@ def s3(tmp_path):
         yield settings
 
 
-@pytest.fixture
-def s3a_spark(spark, s3):
-    """The session's Spark pointed at this test's server; the settings are taken back afterwards."""
-    conf = {key.removeprefix("spark.hadoop."): value for key, value in spark_hadoop_conf(s3).items()}
-    # Each test's server has its own port: a cached S3AFileSystem for the bucket would keep the old one.
-    conf["fs.s3a.impl.disable.cache"] = "true"
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    yield spark
-    for key in conf:
-        spark.conf.unset(key)
+def _overlay(tmp: Path, s3) -> Path:
+    """conf/local.yaml with the warehouse on the server; the index and cache folders stay local."""
+    (tmp / "prompts").symlink_to(REPO / "conf" / "prompts", target_is_directory=True)
+    data = {
+        "base": str(REPO / "conf" / "local.yaml"),
+        "spark": {"master": "local[2]", "jars_dir": str(REPO / "jars"), "driver_memory": "1g",
+                  "extra": {"spark.databricks.delta.snapshotPartitions": "2",
+                            "spark.sql.warehouse.dir": str(tmp / "spark-warehouse"),
+                            "spark.driver.extraJavaOptions": f"-Dderby.system.home={tmp}",
+                            **spark_hadoop_conf(s3)}},
+        "storage": {"warehouse": WAREHOUSE, "index_dir": str(tmp / "index"), "cache_dir": str(tmp / "cache")},
+        "ingest": {"inputs": [str(DOCS)]},
+    }
+    path = tmp / "overlay.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
-def _frame(spark, rows):
-    names = table("documents").schema.names
-    return spark.createDataFrame([tuple(r[n] for n in names) for r in rows], spark_schema("documents"))
-
-
-def test_warehouse_on_s3a_reads_back_through_delta_rs_and_pyarrow(s3a_spark, s3):
+def _read_both(name: str, s3) -> tuple[list[dict], list[dict]]:
+    """A table's rows as delta-rs reads them and as pyarrow reads the files its log names, by key."""
     from deltalake import DeltaTable
 
-    wh = Warehouse(s3a_spark, "s3a://corpusgraph/run-1/warehouse")
-    assert not wh.local
-    wh.ensure_all(["documents"])
-    wh.overwrite("documents", _frame(s3a_spark, DOCS))
-    wh.merge("documents", _frame(s3a_spark, MERGED[1:]))
-
-    location = wh.path("documents")
-    by_id = lambda rows: sorted(rows, key=lambda r: r["doc_id"])  # noqa: E731
-    assert by_id(wh.read("documents").toArrow().to_pylist()) == MERGED
-
+    location = f"{WAREHOUSE}/{name}"
     dt = DeltaTable(delta_uri(location), storage_options=delta_storage_options(location, s3))
-    assert dt.version() == 2  # create, overwrite, merge: each one commit
-    assert by_id(dt.to_pyarrow_table().to_pylist()) == MERGED
-
-    # pyarrow alone: the live Parquet files the log names (the merge left the replaced ones behind).
     fs, _ = arrow_filesystem(location, s3)
     files = [f"{parse(uri).authority}/{parse(uri).path}" for uri in dt.file_uris()]
-    assert files and all(fs.get_file_info(f).size > 0 for f in files)
-    read = pq.read_table(files, filesystem=fs, schema=table("documents").schema)
-    assert by_id(read.to_pylist()) == MERGED
+    key = lambda row: tuple(row[k] for k in table(name).key)  # noqa: E731
+    by_rs = sorted(dt.to_pyarrow_table().to_pylist(), key=key)
+    by_arrow = sorted(pq.read_table(files, filesystem=fs, schema=table(name).schema).to_pylist(), key=key)
+    return by_rs, by_arrow
+
+
+def test_index_writes_the_warehouse_to_s3a(tmp_path, s3):
+    conf = _overlay(tmp_path, s3)
+    run = subprocess.run([sys.executable, "-m", "corpusgraph.cli", "index", "--conf", str(conf),
+                          "--stages", "ingest,chunk"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+    assert not (tmp_path / "s3a:").exists()  # no URI taken for a relative folder
+
+    documents, documents_arrow = _read_both("documents", s3)
+    assert documents == documents_arrow
+    assert len(documents) == N_DOCUMENTS
+    assert {Path(d["source_uri"]).name.split("#")[0] for d in documents} >= {p.name for p in DOCS.iterdir()} - {
+        "records.jsonl"}
+
+    units, units_arrow = _read_both("text_units", s3)
+    assert units == units_arrow
+    assert len(units) == N_TEXT_UNITS
+    assert {u["doc_id"] for u in units} == {d["doc_id"] for d in documents}
+
+    runs, _ = _read_both("runs", s3)
+    assert [(r["kind"], r["status"]) for r in runs] == [("index", "ok")]
