@@ -7,12 +7,13 @@ s3a:// URI and the s3a settings that corpusgraph.storage derives for that server
 Spark, through Hadoop's s3a connector (the jars of conf/jars.pom.xml), creates every table and
 writes documents and text_units through corpusgraph's Warehouse. Then the JVM-free side reads what
 Spark committed: delta-rs with the storage options for the same store, and pyarrow's
-S3FileSystem reading the Parquet files that the Delta log names. Nothing of the warehouse is on
-the local disk.
+S3FileSystem reading the Parquet files that the Delta log names, and `corpusgraph tables` with the
+store's settings in its environment. Nothing of the warehouse is on the local disk.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,12 @@ def test_index_writes_the_warehouse_to_s3a(tmp_path, s3):
 
     runs, _ = _read_both("runs", s3)
     assert [(r["kind"], r["status"]) for r in runs] == [("index", "ok")]
+
+    # The JVM-free command line, as the service would: delta-rs takes the s3a:// URI as it is and
+    # the store's settings from the environment (AWS_ENDPOINT_URL, keys), the way a node gets them.
+    env = {**os.environ, **delta_storage_options(WAREHOUSE, s3)}
+    tables = subprocess.run([sys.executable, "-m", "corpusgraph.cli", "tables", "--conf", str(conf)], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert tables.returncode == 0, tables.stderr[-3000:]
+    counts = {line.split()[0]: line.split()[1] for line in tables.stdout.splitlines() if "rows" in line}
+    assert (counts["documents"], counts["text_units"], counts["runs"]) == (str(N_DOCUMENTS), str(N_TEXT_UNITS), "1")
