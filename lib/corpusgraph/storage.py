@@ -111,7 +111,8 @@ def delta_storage_options(location: str, s3: S3Settings | None = None) -> dict[s
 
 
 def delta_uri(location: str) -> str:
-    """The location as delta-rs names it: s3a:// as s3://, dbfs:/ as the /dbfs mount every node has."""
+    """The location for delta-rs: dbfs:/ as the /dbfs mount every node has, s3a:// as s3:// (delta-rs
+    takes both; s3:// is the one every S3 client knows), anything else as it is."""
     loc = parse(location)
     if loc.is_s3:
         return f"s3://{loc.authority}/{loc.path}"

@@ -1,21 +1,19 @@
 """An S3-compatible server on localhost for tests: moto's server mode as a child process.
 
-`moto_server` (from the test extra) listens on 127.0.0.1 and a free port; the test stops it by
-pid. It keeps objects in memory, so every bucket is gone when it stops. Any access key and secret
-are accepted.
+`moto_server` (from the test extra) listens on 127.0.0.1 and a free port, waited for with a
+bound; the test stops it by pid. It keeps objects in memory, so every bucket is gone when it
+stops. Any access key and secret are accepted.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 from corpusgraph.storage import S3Settings, arrow_filesystem
-from tests.distributed.cluster import VENV_BIN, free_ports, port_open, wait_until
+from tests.distributed.cluster import VENV_BIN, Daemons, free_ports, port_open, wait_until
 
 
 def moto_server_command() -> str | None:
@@ -25,11 +23,15 @@ def moto_server_command() -> str | None:
 
 
 class MotoServer:
-    """moto_server on 127.0.0.1, with one bucket made; `with MotoServer(log) as s3:` yields its settings."""
+    """moto_server on 127.0.0.1 with one bucket made; `with MotoServer(logs) as s3:` yields its settings.
 
-    def __init__(self, log: Path, bucket: str = "corpusgraph", start_limit_s: float = 60):
-        self.log, self.bucket, self.start_limit_s = log, bucket, start_limit_s
-        self.proc: subprocess.Popen | None = None
+    Started and stopped like the cluster's daemons (cluster.Daemons): its own process group,
+    stopped by pid, its log at <logs>/moto.log.
+    """
+
+    def __init__(self, logs: Path, bucket: str = "corpusgraph", start_limit_s: float = 60):
+        self.daemons = Daemons(logs, {**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.bucket, self.start_limit_s = bucket, start_limit_s
         self.port: int | None = None
 
     @property
@@ -42,13 +44,9 @@ class MotoServer:
         if cmd is None:
             raise FileNotFoundError("moto_server is not installed: `make setup` installs the test extra")
         (self.port,) = free_ports(1)
-        # Its own session, so that stop() reaches anything it forked by its process group.
-        self.proc = subprocess.Popen([cmd, "-H", "127.0.0.1", "-p", str(self.port)], stdout=self.log.open("w"),
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
-            wait_until(lambda: port_open(self.port), "moto_server listening", self.start_limit_s, self.proc,
-                       self.log)
+            proc, log = self.daemons.start("moto", [cmd, "-H", "127.0.0.1", "-p", str(self.port)])
+            wait_until(lambda: port_open(self.port), "moto_server listening", self.start_limit_s, proc, log)
             s3, path = arrow_filesystem(f"s3://{self.bucket}", self.settings, create_buckets=True)
             s3.create_dir(path)
         except BaseException:
@@ -57,20 +55,7 @@ class MotoServer:
         return self
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc = None
+        self.daemons.stop()
 
     def __enter__(self) -> S3Settings:
         return self.start().settings
@@ -80,6 +65,6 @@ class MotoServer:
 
 
 if __name__ == "__main__":  # a manual check: start, make the bucket, list it, stop
-    with MotoServer(Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/moto.log")) as s3:
+    with MotoServer(Path(sys.argv[1] if len(sys.argv) > 1 else ".")) as s3:
         fs, _ = arrow_filesystem("s3://corpusgraph", s3)
         print(s3.endpoint, fs.get_file_info("corpusgraph"))

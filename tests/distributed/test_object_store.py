@@ -40,7 +40,7 @@ N_TEXT_UNITS = 44
 
 @pytest.fixture
 def s3(tmp_path):
-    with MotoServer(tmp_path / "moto.log") as settings:
+    with MotoServer(tmp_path) as settings:
         yield settings
 
 
