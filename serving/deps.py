@@ -1,4 +1,5 @@
-"""Request dependencies: the settings, the loaded engine, the caller and what the caller may see.
+"""Request dependencies: the service's settings (the config's serve section), the loaded engine,
+the caller and what the caller may see.
 
 Routes reach app state only through these, so a test can swap any of them with
 `app.dependency_overrides[...]`. Every /v1 route takes `get_view`: the index as the caller's
@@ -13,11 +14,12 @@ from dataclasses import dataclass
 from fastapi import Depends, Header, HTTPException, Request, Response, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
+from corpusgraph.config import ServeSection
 from corpusgraph.query.engine import QueryEngine
 from corpusgraph.query.store import IndexStore
 from serving.engine import EngineHolder, Loaded
+from serving.keys import ApiKeys, key_domains
 from serving.limits import RateLimiter
-from serving.settings import ServiceSettings, key_domains
 
 __all__ = ["Caller", "get_settings", "get_holder", "get_loaded", "get_engine", "get_index_version", "require_api_key",
            "get_view"]
@@ -36,7 +38,7 @@ class Caller:
     domains: frozenset[str] | None
 
 
-def get_settings(request: Request) -> ServiceSettings:
+def get_settings(request: Request) -> ServeSection:
     return request.app.state.settings
 
 
@@ -75,12 +77,12 @@ def require_api_key(
         description="Comma-separated domains to narrow this request to; each must be one the key may read (else 403).",
     ),
 ) -> Caller:
-    settings: ServiceSettings = request.app.state.settings
-    if not settings.api_keys:
-        caller = Caller("anonymous", None)  # no keys configured: local use only (see ServiceSettings.api_keys)
+    accepted: ApiKeys = request.app.state.keys
+    if not accepted:
+        caller = Caller("anonymous", None)  # no keys configured: local use only (see ApiKeys)
     else:
         offered = [k for k in (bearer.credentials if bearer else None, header_key) if k]
-        keys = [k for k in (settings.find_key(o) for o in offered) if k is not None]
+        keys = [k for k in (accepted.find(o) for o in offered) if k is not None]
         if not keys:
             why = "wrong API key" if offered else "missing API key"
             raise HTTPException(

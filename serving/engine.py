@@ -15,40 +15,29 @@ import time
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Union
 
+from corpusgraph.config import Config
 from corpusgraph.query.engine import QueryEngine
 from corpusgraph.tables import table_path
-from serving.settings import ServiceSettings
 
 __all__ = ["EngineFactory", "EngineHolder", "Loaded", "default_engine_factory", "scrub_paths"]
 
 log = logging.getLogger(__name__)
 
 # A factory returns the engine itself, or a context manager that yields it and releases what
-# it holds (a model server) on exit. Tests pass `lambda settings: engine`.
-EngineFactory = Callable[[ServiceSettings], Union[QueryEngine, AbstractContextManager]]
+# it holds (a model server) on exit. Tests pass `lambda config: engine`.
+EngineFactory = Callable[[Config], Union[QueryEngine, AbstractContextManager]]
 
 
 @contextmanager
-def default_engine_factory(settings: ServiceSettings) -> Iterator[QueryEngine]:
+def default_engine_factory(cfg: Config) -> Iterator[QueryEngine]:
     """Open the engine the config describes; start and later stop the embedded model server."""
-    from corpusgraph.cli import open_query_engine
+    from corpusgraph.llm.chat_endpoint import ChatEndpoint
+    from corpusgraph.query.open import open_query_engine
 
-    cfg = settings.resolve_config()
-    with ExitStack() as stack:
-        base_url = cfg.llm.api_base
-        if cfg.llm.backend == "embedded":
-            from corpusgraph.llm.server import EmbeddedServer
-
-            server = EmbeddedServer(
-                log_path=Path(cfg.storage.cache_dir) / "embedded-server-serve.log",
-                model_alias=cfg.llm.model,
-                n_ctx=cfg.llm.n_ctx,
-            )
-            stack.enter_context(server)
-            base_url = server.base_url
-        engine = open_query_engine(cfg, base_url)
+    with ChatEndpoint(cfg.llm, Path(cfg.storage.cache_dir) / "embedded-server-serve.log") as endpoint:
+        engine = open_query_engine(cfg, endpoint.url())
         # The embedder loads its weights on first use; do it now so "ready" means ready and
         # the first caller does not pay for it inside their timeout.
         engine.embedder.embed(["warm-up"])
@@ -97,16 +86,18 @@ def _committed_since(warehouse: str, since_s: float) -> bool:
 class EngineHolder:
     """Holds the engine once loaded, or the reason loading failed; `status` says which.
 
-    `current` is replaced whole by `reload`, in one assignment, never changed in place.
+    `current` is replaced whole by `reload`, in one assignment, never changed in place. `views`:
+    the domain sets whose view of the index is built with each load (ApiKeys.domain_sets).
     """
 
     def __init__(self, busy: Callable[[str], str | None] = lambda warehouse: None,
-                 store_loader: Callable[[Any], Any] = _reopen) -> None:
+                 store_loader: Callable[[Any], Any] = _reopen, views: Iterable[frozenset[str]] = ()) -> None:
         self.current: Loaded | None = None
         self.error: str | None = None
         self.load_seconds: float | None = None
         self.busy = busy  # warehouse -> the run writing it, or None (corpusgraph.runlock)
         self.store_loader = store_loader
+        self.views = sorted(views, key=sorted)
         self._stack = ExitStack()
         self._reload_lock = threading.Lock()
 
@@ -121,11 +112,11 @@ class EngineHolder:
             return "ready"
         return "failed" if self.error else "loading"
 
-    def load(self, factory: EngineFactory, settings: ServiceSettings) -> None:
+    def load(self, factory: EngineFactory, config: Config) -> None:
         """Blocking: call the factory once and keep what it gives. Runs on a worker thread."""
         begin, wall = time.monotonic(), time.time()
         try:
-            made: Any = factory(settings)
+            made: Any = factory(config)
             engine = self._stack.enter_context(made) if isinstance(made, AbstractContextManager) else made
             store = getattr(engine, "store", None)
             warehouse = getattr(store, "warehouse", None)
@@ -140,7 +131,7 @@ class EngineHolder:
                 else:
                     versions = table_versions(warehouse)
                 loaded = Loaded(engine, version_id(versions), versions)
-            self._build_views(store, settings)
+            self._build_views(store)
         except Exception as exc:  # the service stays up and says why on /readyz
             log.exception("could not open the query engine")
             self.error = scrub_paths(f"{type(exc).__name__}: {exc}")
@@ -150,21 +141,18 @@ class EngineHolder:
             log.info("query engine ready in %.1f s, index version %s: %r", self.load_seconds, loaded.version,
                      getattr(engine, "store", engine))
 
-    @staticmethod
-    def _build_views(store, settings: ServiceSettings) -> None:
+    def _build_views(self, store) -> None:
         # Each key's view of the index is built now, so "ready" means every configured
         # caller's first question pays nothing extra.
         if store is None:
             return
-        from corpusgraph.query.retrieval import retriever_for
-
         # The ranking structures (BM25 postings, the walk's graph) too: a build takes a while at
         # scale, and a question must not pay for it inside its timeout.
-        retriever_for(store)
-        for domains in sorted(settings.domain_sets(), key=sorted):
-            retriever_for(store.restricted(domains))
+        store.retriever()
+        for domains in self.views:
+            store.restricted(domains).retriever()
 
-    def reload(self, settings: ServiceSettings) -> tuple[Loaded, bool]:
+    def reload(self) -> tuple[Loaded, bool]:
         """Blocking: load the index's latest version beside the one served, then swap it in.
 
         Returns the Loaded now served and whether it changed. Raises versions.IndexChanging while
@@ -183,7 +171,7 @@ class EngineHolder:
             begin = time.monotonic()
             fresh, versions = load_consistent(warehouse, lambda: self.store_loader(store),
                                               busy=lambda: self.busy(warehouse))
-            self._build_views(fresh, settings)
+            self._build_views(fresh)
             self.current = Loaded(current.engine.with_store(fresh), version_id(versions), versions)
             log.info("index version %s -> %s in %.1f s", current.version, self.current.version,
                      time.monotonic() - begin)

@@ -4,31 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Sequence
 
-from .config import Config, ConfigError, load_config
+from .cli_common import add_config_options
+from .cli_common import config_from_args as _config
+from .config import Config, ConfigError
 from .diskfull import DiskFullError
 from .runlock import RunLocked, refuse_if_running
 
 __all__ = ["main"]
-
-
-def _overrides(pairs: Sequence[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ConfigError(f"--set expects key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        out[key.strip()] = value
-    return out
-
-
-def _config(args) -> Config:
-    # The CLI is the one place that hands the process environment to ${VAR} substitution.
-    return load_config(args.conf, _overrides(args.set), env=os.environ)
 
 
 def _spark(cfg: Config, args=None):
@@ -48,17 +34,17 @@ def _spark(cfg: Config, args=None):
     return spark
 
 
-def cmd_index(args) -> int:
-    from .pipeline import RunContext, format_summary, run_index
+def _run_pipeline(args, kind: str, run) -> int:
+    """An index or update run: the run lock checked, Spark up, `run(ctx)`, the summary printed."""
+    from .pipeline import RunContext, format_summary
 
     cfg = _config(args)
     refuse_if_running(cfg.storage.warehouse, cfg.storage.run_lock_stale_s)  # before the JVM starts
     t0 = time.perf_counter()
     spark = _spark(cfg, args)
-    ctx = RunContext(cfg, spark, kind="index")
-    stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
+    ctx = RunContext(cfg, spark, kind=kind)
     try:
-        run_index(ctx, stages)
+        run(ctx)
     finally:
         print(format_summary(ctx, time.perf_counter() - t0))
         if not args.submitted:
@@ -66,11 +52,18 @@ def cmd_index(args) -> int:
     return 0
 
 
+def cmd_index(args) -> int:
+    from .pipeline import run_index
+
+    stages = [s.strip() for s in args.stages.split(",")] if args.stages else None
+    return _run_pipeline(args, "index", lambda ctx: run_index(ctx, stages))
+
 
 def cmd_estimate(args) -> int:
     """Dry run: what a build would cost, before any LLM spend (or after --calibrate N calls)."""
+    from . import progress
     from .estimate import run_estimate
-    from .estimate_view import format_estimate
+    from .estimate_view import format_estimate, write_chart
 
     cfg = _config(args)
     if args.calibrate < 0:
@@ -81,7 +74,9 @@ def cmd_estimate(args) -> int:
     try:
         est, out = run_estimate(cfg, spark, calibrate_n=args.calibrate, out_dir=args.out,
                                 sample_units=args.sample_units)
-        print(json.dumps(est.to_dict(), indent=2) if args.json else format_estimate(est, cfg))
+        chart = write_chart(est, out / "estimate")
+        progress.write(f"[corpusgraph] estimate written to {out / 'estimate.json'} and {chart}")
+        print(json.dumps(est.to_dict(), indent=2) if args.json else format_estimate(est, cfg.estimate))
     finally:
         if not args.submitted:
             spark.stop()
@@ -90,65 +85,25 @@ def cmd_estimate(args) -> int:
 
 def cmd_update(args) -> int:
     """Incremental refresh: new, changed and deleted documents since the last build."""
-    from .pipeline import RunContext, format_summary
     from .update import run_update
 
-    cfg = _config(args)
-    refuse_if_running(cfg.storage.warehouse, cfg.storage.run_lock_stale_s)  # before the JVM starts
-    t0 = time.perf_counter()
-    spark = _spark(cfg, args)
-    ctx = RunContext(cfg, spark, kind="update")
-    try:
-        run_update(ctx)
-    finally:
-        print(format_summary(ctx, time.perf_counter() - t0))
-        if not args.submitted:
-            spark.stop()
-    return 0
-
-
-def open_query_engine(cfg: Config, base_url: str | None):
-    from pathlib import Path
-
-    from .llm.embedders import check_index_model, open_embedder
-    from .llm.factory import open_chat_model
-    from .query import IndexStore, QueryEngine
-    from .query.vectors import available_kinds
-
-    store = IndexStore(cfg.storage.warehouse, cfg.storage.index_dir)
-    # Questions must be embedded by the backend and model that built the index.
-    for kind in available_kinds(cfg.storage.index_dir):
-        check_index_model(store.vectors(kind).model, cfg.embeddings)
-    chat = open_chat_model(cfg.llm, cfg.storage.cache_dir, base_url=base_url)
-    embedder = open_embedder(cfg.embeddings, cfg.storage.cache_dir)
-    return QueryEngine(store, chat, embedder, cfg.query, prompts_dir=Path(cfg.conf_dir),
-                       usd_per_1k_in=cfg.llm.usd_per_1k_in, usd_per_1k_out=cfg.llm.usd_per_1k_out)
+    return _run_pipeline(args, "update", run_update)
 
 
 def cmd_query(args) -> int:
+    from pathlib import Path
+
+    from .llm.chat_endpoint import ChatEndpoint
     from .query import format_answer
+    from .query.open import open_query_engine
 
     cfg = _config(args)
-    server = None
-    try:
-        base_url = cfg.llm.api_base
-        if cfg.llm.backend == "embedded":
-            from pathlib import Path
-
-            from .llm.server import EmbeddedServer
-
-            server = EmbeddedServer(n_ctx=cfg.llm.n_ctx, model_alias=cfg.llm.model,
-                                    log_path=Path(cfg.storage.cache_dir) / "embedded-server-query.log")
-            server.start()
-            base_url = server.base_url
-        engine = open_query_engine(cfg, base_url)
+    with ChatEndpoint(cfg.llm, Path(cfg.storage.cache_dir) / "embedded-server-query.log") as endpoint:
+        engine = open_query_engine(cfg, endpoint.url())
         for question in args.question:
             answer = engine.ask(question, method=args.method, level=args.level)
             print(json.dumps(answer.to_dict(), indent=2) if args.json else format_answer(answer))
             print()
-    finally:
-        if server is not None:
-            server.stop()
     return 0
 
 
@@ -183,6 +138,7 @@ def cmd_prompt_tune(args) -> int:
     """Propose entity types and few-shot examples from the corpus; write an editable prompt folder."""
     from pathlib import Path
 
+    from .llm.chat_endpoint import ChatEndpoint
     from .llm.factory import open_chat_model
     from .prompt_tune import tune, write_prompt_folder
     from .prompts import load_prompt
@@ -190,22 +146,10 @@ def cmd_prompt_tune(args) -> int:
     cfg = _config(args)
     rows, source = _units_for_tuning(cfg, args.ingest)
     base = load_prompt(cfg.prompt_path(cfg.extract.prompt))
-    server = None
-    try:
-        base_url = None
-        if cfg.llm.backend == "embedded":
-            from .llm.server import EmbeddedServer
-
-            server = EmbeddedServer(n_ctx=cfg.llm.n_ctx, model_alias=cfg.llm.model,
-                                    log_path=Path(cfg.storage.cache_dir) / "embedded-server.log")
-            server.start()
-            base_url = server.base_url
-        chat = open_chat_model(cfg.llm, cfg.storage.cache_dir, base_url=base_url)
+    with ChatEndpoint(cfg.llm, Path(cfg.storage.cache_dir) / "embedded-server.log") as endpoint:
+        chat = open_chat_model(cfg.llm, cfg.storage.cache_dir, base_url=endpoint.url())
         res = tune(chat, rows, cfg.extract, base, n=args.n, max_types=args.max_types, n_examples=args.examples,
                    seed=args.seed)
-    finally:
-        if server is not None:
-            server.stop()
     written = write_prompt_folder(args.out, res, base, cfg.prompt_path(cfg.extract.prompt).parent, source, cfg.llm.model)
     print(f"sampled {res.sampled} units of {source}; entity types: {', '.join(res.entity_types)}; "
           f"{len(res.examples)} examples; {res.tokens_in} + {res.tokens_out} tokens")
@@ -239,24 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="corpusgraph", description="GraphRAG over large corpora.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    def common(sp):
-        sp.add_argument("--conf", default="conf/local.yaml", help="config file (default: conf/local.yaml)")
-        sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config value, e.g. --set chunk.size_tokens=200 (repeatable)")
-
     def verbose(sp):
         sp.add_argument("--verbose", action="store_true",
                         help="also show Ray's and Spark's own progress output and Spark's warnings")
 
     sp = sub.add_parser("index", help="build or refresh the index (ingest -> embed)")
-    common(sp)
+    add_config_options(sp)
     verbose(sp)
     sp.add_argument("--stages", help="comma-separated subset of stages to run, in pipeline order")
     sp.add_argument("--submitted", action="store_true", help=argparse.SUPPRESS)  # set by jobs/index.py
     sp.set_defaults(func=cmd_index)
 
     sp = sub.add_parser("query", help="answer questions with citations")
-    common(sp)
+    add_config_options(sp)
     sp.add_argument("question", nargs="+", help="one or more questions")
     sp.add_argument("--method", default="auto", choices=["auto", "basic", "local", "global", "drift"],
                     help="auto (the router picks, and says why), basic (vector), local (graph neighbourhood), "
@@ -273,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export_command(sub)
 
     sp = sub.add_parser("estimate", help="dry run: LLM calls, tokens, dollars, GPU-hours and wall time per stage")
-    common(sp)
+    add_config_options(sp)
     verbose(sp)
     sp.add_argument("--calibrate", type=int, default=0, metavar="N",
                     help="measure answer lengths, entity yield and community count with the real model on N sampled units")
@@ -286,17 +225,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_estimate)
 
     sp = sub.add_parser("update", help="incremental refresh: new, changed and deleted documents")
-    common(sp)
+    add_config_options(sp)
     verbose(sp)
     sp.add_argument("--submitted", action="store_true", help=argparse.SUPPRESS)  # set by jobs/update.py
     sp.set_defaults(func=cmd_update)
 
     sp = sub.add_parser("tables", help="row counts of every Delta table (no JVM)")
-    common(sp)
+    add_config_options(sp)
     sp.set_defaults(func=cmd_tables)
 
     sp = sub.add_parser("prompt-tune", help="propose entity types and few-shot examples from the corpus")
-    common(sp)
+    add_config_options(sp)
     sp.add_argument("--out", required=True, help="folder to write the prompts and entity_types.yaml into")
     sp.add_argument("--n", type=int, default=8, help="text units to sample (default 8)")
     sp.add_argument("--max-types", type=int, default=8, help="most entity types to propose (default 8)")

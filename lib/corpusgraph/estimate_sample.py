@@ -1,8 +1,8 @@
 """Prompt-token counting for large corpora: exact where it is cheap, sampled with a stated bound.
 
 Counting a unit's extract prompt means building its request and running the target model's
-tokenizer over it: about 4 minutes per 100k documents on 2 cores (issue 13), the largest part of
-a dry run. Packing units into calls needs only their cl100k counts (`text_units.n_tokens`,
+tokenizer over it, the largest part of a dry run (its time on the scale corpora is in
+tests/benchmarks/results/scale.json, under `estimate`). Packing units into calls needs only their cl100k counts (`text_units.n_tokens`,
 written by chunk), so every unit is still packed exactly as count_units packs it: units, cl100k
 tokens and calls are exact. Above `EXACT_MAX_UNITS` units only a seeded Bernoulli sample of the
 packs (by a hash of the pack id, about `SAMPLE_UNITS` units in all) is rendered and tokenised,
@@ -21,7 +21,9 @@ from typing import Iterator, Sequence
 
 import pyarrow as pa
 
-from .config import Config
+from .estimate_count import ExtractCounting, count_units
+from .stages.extract import pack_rows
+from .tables import spark_struct
 
 __all__ = ["EXACT_MAX_UNITS", "SAMPLE_UNITS", "count_prompt_tokens", "ratio_estimate"]
 
@@ -39,21 +41,17 @@ def _in_sample(unit_ids: Sequence[str], fraction: float, seed: int) -> bool:
     return int.from_bytes(digest[:8], "big") < fraction * 2**64
 
 
-def _count_packs(batches: Iterator[pa.RecordBatch], cfg: Config, spec, fraction: float) -> Iterator[pa.RecordBatch]:
-    from .estimate import _extract_task, request_counter
-    from .stages.extract import pack_rows
-
-    counter = request_counter(*spec)
-    task = _extract_task(cfg)
-    seed = cfg.estimate.calibrate_seed
+def _count_packs(batches: Iterator[pa.RecordBatch], counting: ExtractCounting, fraction: float,
+                 seed: int) -> Iterator[pa.RecordBatch]:
+    counter = counting.counter()
     for batch in batches:
         rows = sorted(batch.to_pylist(), key=lambda r: (int(r.get("n_tokens") or 0), r["unit_id"]))
-        packs = pack_rows(rows, cfg.extract)  # as count_units' request builder packs one batch
+        packs = pack_rows(rows, counting.section)  # as count_units' request builder packs one batch
         out = [{"sampled": 0, "requests": len(packs), "tokens_in": 0, "text_tokens": 0,
                 "n_tokens": sum(int(r.get("n_tokens") or 0) for r in rows), "units": len(rows)}]
         for pack in packs:
             if _in_sample([u["unit_id"] for u in pack], fraction, seed):
-                reqs = task.requests(pack)
+                reqs = counting.requests(pack)
                 out.append({"sampled": 1, "requests": len(reqs), "tokens_in": sum(counter(r) for r in reqs),
                             "text_tokens": sum(counter.text(u["text"] or "") for u in pack),
                             "n_tokens": sum(int(u.get("n_tokens") or 0) for u in pack), "units": len(pack)})
@@ -79,26 +77,24 @@ def ratio_estimate(clusters: Sequence[dict], y: str, x: str, x_total: float, fra
     return r * x_total, _Z95 * se_r / r
 
 
-def count_prompt_tokens(text_units, cfg: Config, sample_units: int | None = None) -> tuple[dict, dict | None]:
-    """(counts as estimate.count_units returns them, the sampling record or None when exact).
+def count_prompt_tokens(text_units, counting: ExtractCounting, seed: int,
+                        sample_units: int | None = None) -> tuple[dict, dict | None]:
+    """(counts as estimate_count.count_units returns them, the sampling record or None when exact).
 
-    sample_units: None counts every unit up to EXACT_MAX_UNITS and samples SAMPLE_UNITS above it;
-    0 always counts every unit; n > 0 samples about n units whenever there are more.
+    seed: of the pack sample (estimate.calibrate_seed). sample_units: None counts every unit up
+    to EXACT_MAX_UNITS and samples SAMPLE_UNITS above it; 0 always counts every unit; n > 0
+    samples about n units whenever there are more.
     """
-    from .estimate import count_units, counter_spec
-
-    if sample_units == 0 or getattr(cfg.extract, "method", "llm") != "llm":  # fast: no prompts to count
-        return count_units(text_units, cfg), None
+    if sample_units == 0 or counting.section.method != "llm":  # fast: no prompts to count
+        return count_units(text_units, counting), None
     n_units = text_units.count()
     if sample_units is None:
         sample_units = SAMPLE_UNITS if n_units > EXACT_MAX_UNITS else 0
     if not 0 < sample_units < n_units:
-        return count_units(text_units, cfg), None
-    spec = counter_spec(cfg)
-    ddl = ", ".join(f"{f.name} long" for f in _PACK_SCHEMA)
+        return count_units(text_units, counting), None
     fraction = sample_units / n_units
     rows = [r.asDict() for r in text_units.select("unit_id", "text", "n_tokens")
-            .mapInArrow(lambda it: _count_packs(it, cfg, spec, fraction), ddl).collect()]
+            .mapInArrow(lambda it: _count_packs(it, counting, fraction, seed), spark_struct(_PACK_SCHEMA)).collect()]
     totals = [r for r in rows if not r["sampled"]]
     packs = [r for r in rows if r["sampled"]]
     counts = {k: sum(r[k] for r in totals) for k in ("units", "n_tokens", "requests")}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .config import Config
-from .estimate import Estimate
+from .config import EstimateSection
+from .estimate_model import Estimate
 
 __all__ = ["format_estimate", "write_chart", "svg_chart"]
 
@@ -17,7 +17,9 @@ def _duration(seconds: float) -> str:
     return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s"
 
 
-def format_estimate(est: Estimate, cfg: Config) -> str:
+def format_estimate(est: Estimate, throughput: EstimateSection) -> str:
+    """The table: calls and tokens per stage, dollars per model, GPU-hours and wall time at the
+    throughputs `throughput` (the estimate section) states."""
     head = f"{'stage':<10}{'calls':>9}{'tokens in':>13}{'tokens out':>12}  basis"
     lines = [f"estimate for {est.documents} documents, {est.units} text units "
              f"(tokenizer: {est.tokenizer}; rates: {est.rates.source})", head, "-" * len(head)]
@@ -34,7 +36,7 @@ def format_estimate(est: Estimate, cfg: Config) -> str:
     lines.append(f"dollars by model (prices as of {est.prices_as_of or 'unknown'}; edit estimate.prices in conf/base.yaml):")
     for name, usd in sorted(est.usd.items(), key=lambda kv: kv[1]):
         lines.append(f"  {name:<32}${usd:>12,.2f}")
-    e = cfg.estimate
+    e = throughput
     lines.append(f"GPU-hours at {e.gpu_prefill_tokens_per_s:,.0f} in / {e.gpu_decode_tokens_per_s:,.0f} out tokens/s "
                  f"per GPU: {est.gpu_hours:,.2f}")
     lines.append(f"wall time on the configured endpoint(s) ({e.endpoint_prefill_tokens_per_s:,.0f} in / "

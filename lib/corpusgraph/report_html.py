@@ -335,9 +335,9 @@ def write_report(warehouse: str, out_dir: str | Path) -> Path:
 
 
 def cmd_report(args) -> int:
-    from .cli import _config
+    from .cli_common import config_from_args
 
-    cfg = _config(args)
+    cfg = config_from_args(args)
     page = write_report(cfg.storage.warehouse, args.out)
     print(f"wrote {page} ({page.stat().st_size / 1e6:.1f} MB, plotly.js inside: opens offline)")
     return 0
@@ -345,10 +345,10 @@ def cmd_report(args) -> int:
 
 def register(sub) -> None:
     """Add `corpusgraph report` to the command line's subparsers."""
+    from .cli_common import add_config_options
+
     sp = sub.add_parser("report", help="a static HTML page of the index: run times and costs, estimate against "
                         "actual, entity types, degrees, the community hierarchy, quarantine reasons")
-    sp.add_argument("--conf", default="conf/local.yaml", help="config file (default: conf/local.yaml)")
-    sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config value, e.g. --set storage.warehouse=work/warehouse (repeatable)")
+    add_config_options(sp, "override a config value, e.g. --set storage.warehouse=work/warehouse (repeatable)")
     sp.add_argument("--out", required=True, help="folder to write index.html into (created if missing)")
     sp.set_defaults(func=cmd_report)

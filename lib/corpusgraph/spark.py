@@ -11,15 +11,23 @@ from .config import SparkSection
 __all__ = ["build_spark", "jar_paths"]
 
 
-def jar_paths(jars_dir: str | Path) -> list[str]:
-    """The Delta jars fetched by `make setup`; a clear error when they are missing."""
+def jar_paths(jars_dir: str | Path, *, s3a: bool = False) -> list[str]:
+    """The jars fetched by `make setup` (Delta; hadoop-aws and the AWS SDK for s3a://); a clear
+    error when Delta's, or with s3a=True the s3a connector's, are missing."""
     folder = Path(jars_dir).resolve()
     jars = sorted(str(p) for p in folder.glob("*.jar"))
-    if not any("delta-spark" in Path(j).name for j in jars):
-        raise FileNotFoundError(
-            f"no Delta jar in {folder}: run `make setup` (it fetches them from Maven Central once)"
-        )
+    names = [Path(j).name for j in jars]
+    needed = [("delta-spark", "Delta")] + ([("hadoop-aws", "s3a connector (hadoop-aws)")] if s3a else [])
+    for prefix, what in needed:
+        if not any(prefix in name for name in names):
+            raise FileNotFoundError(
+                f"no {what} jar in {folder}: run `make setup` (it fetches them from Maven Central once)"
+            )
     return jars
+
+
+def _uses_s3a(section: SparkSection) -> bool:
+    return any(key.startswith(("spark.hadoop.fs.s3a.", "spark.hadoop.fs.s3.")) for key in section.extra)
 
 
 def build_spark(section: SparkSection, *, set_master: bool = True, local_dirs: str | None = None):
@@ -31,7 +39,7 @@ def build_spark(section: SparkSection, *, set_master: bool = True, local_dirs: s
 
     builder = (
         SparkSession.builder.appName(section.app_name)
-        .config("spark.jars", ",".join(jar_paths(section.jars_dir)))
+        .config("spark.jars", ",".join(jar_paths(section.jars_dir, s3a=_uses_s3a(section))))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", str(section.shuffle_partitions))

@@ -119,20 +119,13 @@ def chunk(st: StageContext, *, chunk: ChunkSection) -> StageResult:
 
 
 def identity(sec: ExtractSection, llm: LLMSection, prompt_path):
-    """(prompts, prompt_hash, model): what an extraction row is keyed on besides its unit.
-    prompt_path: a prompt's file from its configured (relative) name."""
-    if sec.method == "fast":  # no prompt: the rows are keyed on the method's settings and spaCy model
-        return (None, *extract_fast_stage.fast_identity(sec))
-    prompts = extract_stage.ExtractPrompts(
-        load_prompt(prompt_path(sec.prompt)),
-        load_prompt(prompt_path(sec.prompt_continue)) if sec.glean_rounds else None,
-        load_prompt(prompt_path(sec.prompt_claims)) if sec.claims else None,
-    )
-    return prompts, prompts.hash(sec), llm.model
+    """(prompts, prompt_hash, model): what an extraction row is keyed on besides its unit
+    (stages/extract.extract_identity). prompt_path: a prompt's file from its configured name."""
+    return extract_stage.extract_identity(sec, prompt_path, llm.model)
 
 
 def extract_identity(ctx):
-    """identity() of anything holding the root config as `.cfg` (a RunContext; estimate.py)."""
+    """identity() of anything holding the root config as `.cfg` (a RunContext, in tests)."""
     return identity(ctx.cfg.extract, ctx.cfg.llm, ctx.cfg.prompt_path)
 
 

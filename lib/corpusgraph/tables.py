@@ -1,4 +1,4 @@
-"""Every Delta table's name, key and schema, declared once (DESIGN.md section 3).
+"""Every Delta table's name, key and schema, declared once: the contract between the stages, the service and the tests.
 
 Schemas are written as pyarrow schemas so that the JVM-free side (the service, the query
 engine, tests) can use them without pyspark; `spark_schema()` derives the Spark StructType

@@ -52,7 +52,7 @@ async def reload(
     before = holder.current
     begin = time.monotonic()
     try:
-        now, changed = await asyncio.to_thread(holder.reload, request.app.state.settings)
+        now, changed = await asyncio.to_thread(holder.reload)
     except IndexChanging as exc:
         raise HTTPException(409, detail=str(exc), headers={"Retry-After": "30"}) from None
     return Reloaded(index_version=now.version, previous_version=getattr(before, "version", None), changed=changed,

@@ -11,112 +11,16 @@ import weakref
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
+from corpusgraph.config import ServeSection
 from corpusgraph.query.store import IndexStore
 from serving.deps import get_index_version, get_view
+from serving.models import (ClaimOut, CommunityDetail, CommunityPage, CommunityRef, DocumentOut, EntityDetail,
+                            EntityOut, NeighbourOut, RelationshipOut, ReportOut, UnitOut)
 from serving.routers.query import Problem  # one error schema in the OpenAPI document
-from serving.settings import ServiceSettings
 
 __all__ = ["build_router"]
-
-
-class EntityOut(BaseModel):
-    entity_id: str
-    title: str | None
-    type: str | None
-    description: str | None
-    aliases: list[str] = Field(default_factory=list)
-    frequency: int | None = None
-    degree: int = Field(0, description="Relationships this caller can see.")
-
-
-class RelationshipOut(BaseModel):
-    rel_id: str
-    source_id: str
-    target_id: str
-    description: str | None
-    weight: float | None
-    unit_ids: list[str] = Field(default_factory=list)
-
-
-class NeighbourOut(BaseModel):
-    entity_id: str
-    title: str | None
-    type: str | None
-    rel_ids: list[str] = Field(description="The relationships (in `relationships`) that join it to the entity.")
-
-
-class ClaimOut(BaseModel):
-    claim_id: str
-    subject_id: str | None
-    object_id: str | None
-    type: str | None
-    status: str | None
-    description: str | None
-    unit_id: str | None
-
-
-class CommunityRef(BaseModel):
-    community_id: str
-    level: int
-    parent_id: str | None
-    size: int | None
-    title: str | None = Field(None, description="The report's title; null when the community has no report.")
-    rating: float | None = None
-
-
-class UnitOut(BaseModel):
-    unit_id: str
-    doc_id: str
-    ordinal: int | None
-    text: str
-
-
-class DocumentOut(BaseModel):
-    doc_id: str
-    title: str | None
-    source_uri: str | None
-    access_domain: str | None
-
-
-class EntityDetail(BaseModel):
-    entity: EntityOut
-    relationships: list[RelationshipOut] = Field(description="Heaviest first, at most `limit`.")
-    neighbours: list[NeighbourOut] = Field(description="The other ends of `relationships`.")
-    claims: list[ClaimOut]
-    communities: list[CommunityRef] = Field(description="Communities holding the entity, by level.")
-    units: list[UnitOut] = Field(description="The text units the entity was extracted from, at most `limit`.")
-    documents: list[DocumentOut] = Field(description="The documents of `units`.")
-    truncated: bool = Field(description="True when `limit` cut relationships, claims or units.")
-    index_version: str | None = Field(None, description="The index version that answered (also X-Index-Version).")
-
-
-class Finding(BaseModel):
-    summary: str | None
-    explanation: str | None
-
-
-class ReportOut(BaseModel):
-    title: str | None
-    summary: str | None
-    rating: float | None
-    rating_explanation: str | None
-    findings: list[Finding] = Field(default_factory=list)
-
-
-class CommunityDetail(CommunityRef):
-    entities: list[NeighbourOut] = Field(description="Members (rel_ids: the community's edges at that member).")
-    children: list[str] = Field(description="Sub-communities one level down this caller can see.")
-    report: ReportOut | None
-    index_version: str | None = Field(None, description="The index version that answered (also X-Index-Version).")
-
-
-class CommunityPage(BaseModel):
-    levels: list[int] = Field(description="Levels with at least one community this caller can see.")
-    total: int = Field(description="Communities matching the filter, before offset and limit.")
-    communities: list[CommunityRef]
-    index_version: str | None = Field(None, description="The index version that answered (also X-Index-Version).")
 
 
 def _pick(row: dict, model: type[BaseModel], **extra: Any) -> dict:
@@ -152,7 +56,7 @@ def _listing_order(store: IndexStore, level: int | None) -> list[str]:
     return cached[level]
 
 
-def build_router(settings: ServiceSettings) -> APIRouter:
+def build_router(settings: ServeSection) -> APIRouter:
     router = APIRouter(tags=["graph"], responses={
         401: {"model": Problem, "description": "Missing or wrong API key (only when keys are set)"},
         403: {"model": Problem, "description": "X-Access-Domains names a domain the key may not read"},

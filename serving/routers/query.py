@@ -1,6 +1,6 @@
-"""POST /v1/query: one question in, one `Answer` out (DESIGN.md section 6).
+"""POST /v1/query: one question in, one `Answer` out, with its citations.
 
-The request model is built per app from the settings, so the limits a deployment sets
+The request model is built per app from the config's serve section, so the limits a deployment sets
 (question length, top_k) are enforced as 422s by validation and shown in the OpenAPI schema.
 The engine's `ask` is blocking (FAISS, numpy, HTTP to the model); it runs on the app's worker
 threads so the event loop keeps serving /readyz and other callers meanwhile.
@@ -9,7 +9,6 @@ threads so the event loop keeps serving /readyz and other callers meanwhile.
 # No `from __future__ import annotations` here: FastAPI resolves a route's string annotations
 # in module globals, and QueryRequest is local to build_router.
 import asyncio
-import copy
 import dataclasses
 import functools
 import time
@@ -18,11 +17,11 @@ from typing import Literal
 from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from corpusgraph.config import ServeSection
 from corpusgraph.query.answer import Answer
 from corpusgraph.query.engine import METHODS, QueryEngine
 from corpusgraph.query.store import IndexMissingError
 from serving.deps import Caller, get_engine, get_index_version, get_settings, require_api_key
-from serving.settings import ServiceSettings
 
 __all__ = ["build_router", "Problem", "ServedAnswer"]
 
@@ -46,7 +45,7 @@ def _served(answer: Answer, version: str | None) -> ServedAnswer:
     return ServedAnswer(**kept, index_version=version)
 
 
-def build_router(settings: ServiceSettings) -> APIRouter:
+def build_router(settings: ServeSection) -> APIRouter:
     router = APIRouter(tags=["query"])
 
     class QueryRequest(BaseModel):
@@ -87,7 +86,7 @@ def build_router(settings: ServiceSettings) -> APIRouter:
         request: Request,
         caller: Caller = Depends(require_api_key),
         engine: QueryEngine = Depends(get_engine),
-        settings: ServiceSettings = Depends(get_settings),
+        settings: ServeSection = Depends(get_settings),
         version: str | None = Depends(get_index_version),
     ) -> ServedAnswer:
         """The answer, the method used (and why, for auto), citations down to text units and
@@ -126,19 +125,5 @@ def _ask(engine: QueryEngine, domains, question: str, method: str, level: int | 
     timeout), then the engine's answer over it, its model calls bounded by `until`."""
     from corpusgraph.llm.base import deadline
 
-    if domains is not None:
-        engine = engine.with_store(engine.store.restricted(domains))
-    if top_k is not None:
-        engine = _with_top_k(engine, top_k)
     with deadline(until):
-        return engine.ask(question, method=method, level=level)
-
-
-def _with_top_k(engine: QueryEngine, top_k: int) -> QueryEngine:
-    """The engine with a per-request top_k: a shallow copy, so the store, model and prompts are
-    shared and the engine other requests use is untouched."""
-    section = engine.section.model_validate({**engine.section.model_dump(), "top_k_units": top_k,
-                                             "top_k_entities": top_k})
-    scoped = copy.copy(engine)
-    scoped.section = section
-    return scoped
+        return engine.ask(question, method=method, level=level, top_k=top_k, domains=domains)

@@ -8,7 +8,7 @@ spaCy method -> resolve -> communities -> embed; the same warehouse, so both ben
 one index). LLM extraction of ~2,900 paragraphs with the bundled model would take hours on
 2 cores; the graph is therefore spaCy's, and those indexes carry no community reports (local
 search's report section stays empty). The questions are answered the way `corpusgraph query`
-answers them: `cli.open_query_engine` on the index, `QueryEngine.ask(question, method=...)`.
+answers them: `query.open.open_query_engine` on the index, `QueryEngine.ask(question, method=...)`.
 Scores come from corpusgraph.evaluate: EM, F1 and `contains` against `answer` and
 `answer_aliases`, recall@k of `evidence_doc_ids` among the distinct documents the answer cites
 (the units the model cited first, then the rest of its context).
@@ -129,7 +129,7 @@ class CountingChat:
 
 
 def open_engine(cfg, base_url):
-    from corpusgraph.cli import open_query_engine
+    from corpusgraph.query.open import open_query_engine
 
     engine = open_query_engine(cfg, base_url)
     engine.chat = CountingChat(engine.chat)
@@ -234,7 +234,7 @@ def test_local_vs_basic_answers_on_hotpotqa_and_musique(spark):
             }
             print(name, json.dumps({k: v for k, v in part[name].items() if k != "per_question"}, indent=1), flush=True)
     part["qa_note"] = (
-        "local vs basic: corpusgraph's own query path (cli.open_query_engine, QueryEngine.ask) on indexes built with "
+        "local vs basic: corpusgraph's own query path (query.open.open_query_engine, QueryEngine.ask) on indexes built with "
         "extract.method fast (spaCy entities and co-occurrence edges, no LLM: LLM extraction of the ~2,900 paragraphs "
         "takes hours on 2 cores with the bundled model) and exact-name resolution; no community reports in these "
         "indexes. Answers follow conf/prompts/answer.txt (1-3 sentences with citation tags), so exact match against "

@@ -289,7 +289,7 @@ def coverage_chart(dynamic: dict, dynamic_rows: list[dict], levels: list[dict], 
 
 @pytest.mark.skipif(not (PODCAST / "questions.jsonl").is_file(), reason=f"podcast data not found under {PODCAST}")
 def test_podcast_coverage_against_tokens(spark):
-    from corpusgraph.cli import open_query_engine
+    from corpusgraph.query.open import open_query_engine
     from tests.benchmarks.test_retrieval import _read_jsonl
 
     questions = _read_jsonl(PODCAST / "questions.jsonl")
@@ -309,7 +309,7 @@ def test_podcast_coverage_against_tokens(spark):
                   **summarise(rows)} for lvl, rows in level_rows.items()]
     selections = [r["selection"] or {} for r in dynamic_rows]
     part = {"podcast": {
-        "dynamic": {**dynamic, "threshold": cfg.query.dynamic_threshold,
+        "dynamic": {**dynamic, "threshold": cfg.query.global_.dynamic_threshold,
                     "rated": round(sum(s.get("rated", 0) for s in selections) / len(selections), 1),
                     "pruned": round(sum(s.get("pruned", 0) for s in selections) / len(selections), 1),
                     "descended": round(sum(s.get("descended", 0) for s in selections) / len(selections), 1),

@@ -58,7 +58,9 @@ def _cfg(root: Path, inputs: Path, cache: str):
 
 
 def _compare(spark, root: Path, name: str, inputs: Path) -> dict:
-    from corpusgraph.estimate import Rates, count_units, estimate_from_counts, report_overhead, run_estimate
+    from corpusgraph.estimate import CostSections, ExtractCounting, Rates, count_units, estimate_from_counts, run_estimate
+    from corpusgraph.estimate import report_overhead
+    from corpusgraph.prompts import load_prompt
     from corpusgraph.pipeline import RunContext, run_index
 
     est_cfg = _cfg(root, inputs, "estimate-cache")  # its own cache: the calibration calls are not reused
@@ -68,9 +70,11 @@ def _compare(spark, root: Path, name: str, inputs: Path) -> dict:
     run_index(ctx, ["ingest", "chunk", "extract", "resolve", "communities", "reports"])
     used = [ctx.results[s].usage for s in LLM_STAGES if s in ctx.results and ctx.results[s].usage is not None]
     actual = sum(u.tokens_in + u.tokens_out for u in used)
-    counts = count_units(ctx.wh.read("text_units"), cfg)
-    plain = estimate_from_counts(counts, Rates.from_config(cfg), cfg, documents=est.documents,
-                                 overhead=report_overhead(cfg), tokenizer=est.tokenizer)
+    counting = ExtractCounting.of(cfg)
+    counts = count_units(ctx.wh.read("text_units"), counting)
+    overhead = report_overhead(cfg.reports, load_prompt(cfg.prompt_path(cfg.reports.prompt)), cfg.llm, counting.counter())
+    plain = estimate_from_counts(counts, Rates.configured(cfg.estimate, cfg.extract, cfg.reports), CostSections.of(cfg),
+                                 documents=est.documents, overhead=overhead, tokenizer=est.tokenizer)
     stages = {s: {"estimated_calls": est.stage(s).calls, "actual_calls": ctx.results[s].usage.calls,
                   "estimated_tokens_in": est.stage(s).tokens_in, "actual_tokens_in": ctx.results[s].usage.tokens_in,
                   "estimated_tokens_out": est.stage(s).tokens_out, "actual_tokens_out": ctx.results[s].usage.tokens_out}

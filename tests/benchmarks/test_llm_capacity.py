@@ -50,7 +50,7 @@ import pytest
 from corpusgraph.config import ExtractSection, LLMSection, RaySection
 from corpusgraph.prompts import load_prompt
 from corpusgraph.ray_runner import run_llm_task, usage_from_outputs
-from corpusgraph.stages.extract import ExtractTask
+from corpusgraph.stages.extract import ExtractPrompts, PackTask, pack_batch
 from tests.benchmarks import graphrag_side
 from tests.benchmarks.child_server import ChildServer
 from tests.conftest import REPO
@@ -90,10 +90,10 @@ def unit_rows(n: int) -> list[dict]:
 
 
 def write_units(path: Path, n: int) -> None:
-    """The units in one Parquet file (what Spark writes for a small pending set once adaptive
-    execution has coalesced it: the hardest case for spreading work)."""
+    """The units in packs of one (one call each) in one Parquet file (what Spark writes for a small
+    pending set once adaptive execution has coalesced it: the hardest case for spreading work)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(unit_rows(n)), path)
+    pq.write_table(pa.Table.from_batches([pack_batch(unit_rows(n), ExtractSection(units_per_call=1), 0)]), path)
 
 
 class BenchServer(ChildServer):
@@ -116,8 +116,8 @@ def measure(slots: int, root: Path, units: int = UNITS, latency_s: float = LATEN
     try:
         llm = LLMSection(backend="openai", api_base=server.base_url, model="bench", concurrency=concurrency,
                          timeout_s=120.0, max_retries=3)
-        task = ExtractTask(ExtractSection(), load_prompt(REPO / "conf" / "prompts" / "extract.txt"),
-                           "bench-prompt", "bench", "bench-run", 0.0)
+        task = PackTask(ExtractSection(), ExtractPrompts(load_prompt(REPO / "conf" / "prompts" / "extract.txt")),
+                        "bench-prompt", "bench", "bench-run", 0.0)
         t0 = time.monotonic()  # the server's clock too (see fixed_latency_server.py)
         run_llm_task(task, str(in_path.parent), str(root / "out"), llm=llm,
                      ray_section=RaySection(num_cpus=os.cpu_count(), actors=actors),
@@ -126,11 +126,12 @@ def measure(slots: int, root: Path, units: int = UNITS, latency_s: float = LATEN
         stats = server.stats()
     finally:
         server.stop()
-    usage, rows = usage_from_outputs(root / "out", llm)
+    usage, packs = usage_from_outputs(root / "out", llm)
+    rows = [r for pack in packs.column("rows").to_pylist() for r in pack]
     capacity = slots / latency_s
     return {
-        "slots": slots, "actors": actors, "concurrency_per_actor": concurrency, "rows": rows.num_rows,
-        "ok": sum(1 for s in rows.column("status").to_pylist() if s == "ok"), "errors": usage.errors,
+        "slots": slots, "actors": actors, "concurrency_per_actor": concurrency, "rows": len(rows),
+        "ok": sum(1 for r in rows if r["status"] == "ok"), "errors": usage.errors,
         "served": stats["served"], "max_concurrent": stats["max_concurrent"], "busy_s": stats["busy_s"],
         "ramp_s": stats["ramp_s"],
         # Other work on the machine takes CPU from the client: 256 slots need most of 2 cores.

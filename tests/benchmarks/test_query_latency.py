@@ -208,6 +208,7 @@ def time_local_context(store, qs: list[str]) -> dict:
     import faiss
 
     import corpusgraph.query.local as local
+    from corpusgraph.query.question import parse_question
 
     # One OpenMP thread per search, as a service answering one question per request should run:
     # FAISS's default thread team spins on every core and, on a busy machine, made a single-query
@@ -230,7 +231,7 @@ def time_local_context(store, qs: list[str]) -> dict:
     local.rank_units = timed_rank
     try:
         for q, v in zip(qs[:5], vectors[:5]):  # warm-up: lazy structures, caches
-            local.build_local_context(store, v, q, section)
+            local.build_local_context(store, parse_question(store, q, v, titles=store.retriever().titles), section)
         ranking.clear()
         totals, cpus, sizes = [], [], []
         stop_at = time.perf_counter() + QUESTION_BUDGET_S
@@ -238,7 +239,7 @@ def time_local_context(store, qs: list[str]) -> dict:
             if time.perf_counter() > stop_at:
                 break
             t0, c0 = time.perf_counter(), time.thread_time()
-            ctx = local.build_local_context(store, v, q, section)
+            ctx = local.build_local_context(store, parse_question(store, q, v, titles=store.retriever().titles), section)
             totals.append(time.perf_counter() - t0)
             cpus.append(time.thread_time() - c0)
             sizes.append(ctx.tokens)
@@ -312,7 +313,7 @@ def time_global(root: Path) -> dict:
         runs: dict[str, list] = {name: [] for name, _, _ in variants}
         for _ in range(REPEATS):
             for name, update, level in variants:
-                engine.section = section.model_copy(update=update)
+                engine.section = section.model_copy(update={"global_": section.global_.model_copy(update=update)})
                 t0 = time.perf_counter()
                 answer = engine.ask(f"What are the recurring causes of delays? ({time.time()})", method="global",
                                     level=level)

@@ -28,7 +28,6 @@ already built (it re-runs the stages, which skip done work).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import platform
@@ -65,6 +64,13 @@ def first_rows_file(source: Path, n: int, path: Path) -> list[dict]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     return rows
+
+
+def asked(store, question: str, vector: np.ndarray):
+    """The question as the query engine hands it to local ranking: names and titles matched once."""
+    from corpusgraph.query.question import parse_question
+
+    return parse_question(store, question, vector, titles=store.retriever().titles)
 
 
 def recall_at(ranked_docs: list[str], gold: list[str], k: int) -> float:
@@ -195,7 +201,7 @@ def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questio
     `check_steps` adds the ablation and held-out rows (`steps_check`)."""
     from corpusgraph.config import QuerySection
     from corpusgraph.query.basic import build_basic_context
-    from corpusgraph.query.retrieval import rank_units, weights_from
+    from corpusgraph.query.retrieval import rank_units
     from corpusgraph.query.store import IndexStore
 
     docs = docs if docs is not None else _read_jsonl(SHARED_DATA / name / "docs.jsonl")
@@ -212,12 +218,12 @@ def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questio
     qvecs = embedder.embed([q["question"] for q in questions])
     embed_s = time.perf_counter() - t0
     section = cfg.query
-    weights = weights_from(section)
+    weights = section.retrieval
     basic_section = QuerySection(top_k_units=10, max_context_tokens=20000)
     out: dict[str, list[float]] = {k: [] for k in ("local5", "local2", "basic5", "basic2", "dense5", "dense2", "ppr5",
                                                    "ppr2")}
     t0 = time.perf_counter()
-    local_ranked = [[unit_doc[u] for u in rank_units(store, q["question"], v, weights, 20)]
+    local_ranked = [[unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), weights, 20)]
                     for q, v in zip(questions, qvecs)]
     local_s = time.perf_counter() - t0
     basic_ranked = [[unit_doc[u] for u in build_basic_context(store, v, basic_section).unit_ids] for v in qvecs]
@@ -265,8 +271,8 @@ def adaptive_grid(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dic
 
     out = []
     for setting in ADAPTIVE_GRID:
-        w = dataclasses.replace(weights, **setting)
-        ranked = [[unit_doc[u] for u in rank_units(store, q["question"], v, w, 20)] for q, v in zip(questions, qvecs)]
+        w = weights.model_copy(update=setting)
+        ranked = [[unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), w, 20)] for q, v in zip(questions, qvecs)]
         out.append({**setting, **{f"recall@{k}": round(float(np.mean([recall_at(r, q["evidence_doc_ids"], k)
                                                                        for r, q in zip(ranked, questions)])), 4)
                                   for k in (5, 2)}})
@@ -308,21 +314,21 @@ def steps_check(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[
     from corpusgraph.query.retrieval import rank_units
 
     def recalls(w, k=5) -> np.ndarray:
-        return np.array([recall_at([unit_doc[u] for u in rank_units(store, q["question"], v, w, 20)],
+        return np.array([recall_at([unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), w, 20)],
                                    q["evidence_doc_ids"], k) for q, v in zip(questions, qvecs)])
 
     ablation = {}
     for step, off in (("title_seeds", {"title_seeds": 0}), ("title_bridge", {"bridge_from": 0}),
                       ("entity_bridge", {"entity_bridge_from": 0}), ("seed_support", {"seed_support": False}),
                       ("keep_dense", {"keep_dense": 0}), ("seed_support_and_keep_dense", {"seed_support": False, "keep_dense": 0})):
-        w = dataclasses.replace(weights, **off)
+        w = weights.model_copy(update=off)
         ablation[step] = {"recall@5": round(float(recalls(w).mean()), 4), "recall@2": round(float(recalls(w, 2).mean()), 4)}
     if not held_out:
         return ablation, None
     grid = [{"entity_bridge_from": 0}] + [
         {"entity_bridge_from": k, "entity_bridge_min_score": f, "entity_bridge_max_passages": m}
         for k in (1, 2, 3) for f in (0.2, 0.25, 0.3, 0.35, 0.4) for m in (30, 50, 100)]
-    per = np.stack([recalls(dataclasses.replace(weights, **g)) for g in grid])
+    per = np.stack([recalls(weights.model_copy(update=g)) for g in grid])
     rng = random.Random(seed)
     chosen, off = [], []
     for _ in range(splits):

@@ -89,7 +89,7 @@ def test_first_run_paid_for_extraction_and_second_run_paid_nothing(indexed):
 
 @pytest.fixture(scope="module")
 def engine(indexed):
-    from corpusgraph.cli import open_query_engine
+    from corpusgraph.query.open import open_query_engine
     from corpusgraph.llm.server import EmbeddedServer
 
     cfg, _, _ = indexed

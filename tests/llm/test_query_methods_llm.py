@@ -25,7 +25,7 @@ def engine(tmp_path_factory):
     store = IndexStore(*build_tiny_index(tmp))
     with EmbeddedServer(log_path=tmp / "server.log") as server:
         chat = open_chat_model(LLMSection(backend="embedded", concurrency=2), tmp / "cache", base_url=server.base_url)
-        section = QuerySection(max_tokens=120, drift_breadth=2, drift_depth=1, drift_primer_reports=2)
+        section = QuerySection(max_tokens=120, drift={"breadth": 2, "depth": 1, "primer_reports": 2})
         yield QueryEngine(store, chat, FakeEmbedder(), section, REPO / "conf")
 
 

@@ -237,11 +237,16 @@ def _safe_records(cache_dir: Path) -> list[dict]:
 # -- one stage's rows through run_llm_task: partial failures, expiry, a lost create answer ----------
 
 def _units(tmp_path: Path, n: int, tag: str) -> str:
+    """n units in packs of one (one call each), as the extract stage hands packs to Ray."""
+    from corpusgraph.config import ExtractSection
+    from corpusgraph.stages.extract import pack_batch
+
     folder = tmp_path / f"in-{tag}"
     folder.mkdir()
-    pq.write_table(pa.table({"unit_id": [f"{tag}{i}" for i in range(n)],
-                             "text": [f"{_NAMES[i % 12]} paid {_NAMES[(i + 5) % 12]} in week {i} ({tag})." for i in range(n)],
-                             "n_tokens": pa.array([12] * n, pa.int32())}), folder / "units.parquet")
+    units = [{"unit_id": f"{tag}{i}", "text": f"{_NAMES[i % 12]} paid {_NAMES[(i + 5) % 12]} in week {i} ({tag}).",
+              "n_tokens": 12} for i in range(n)]
+    pq.write_table(pa.Table.from_batches([pack_batch(units, ExtractSection(units_per_call=1), 0)]),
+                   folder / "units.parquet")
     return str(folder)
 
 
@@ -252,12 +257,13 @@ import sys
 from corpusgraph.config import ExtractSection, LLMSection, RaySection
 from corpusgraph.prompts import load_prompt
 from corpusgraph.ray_runner import run_llm_task
-from corpusgraph.stages.extract import ExtractTask
+from corpusgraph.stages.extract import ExtractPrompts, PackTask
 
 def extract(base_url, in_path, out_path, cache_dir, **llm_over):
     llm = LLMSection(backend="openai_batch", api_base=base_url, model="scripted", **llm_over)
     llm.batch.poll_s = 0.1
-    task = ExtractTask(ExtractSection(), load_prompt("conf/prompts/extract.txt"), "ph", "scripted", "run", 0.0)
+    task = PackTask(ExtractSection(), ExtractPrompts(load_prompt("conf/prompts/extract.txt")), "ph", "scripted", "run",
+                    0.0)
     run_llm_task(task, in_path, out_path, llm=llm, ray_section=RaySection(), cache_dir=cache_dir, base_url=None)
     return llm
 
@@ -278,8 +284,8 @@ def _extract(tmp_path: Path, em: Emulator, in_path: str, cache: str, **llm_over)
         llm = scope["extract"](em.base_url, in_path, out, str(tmp_path / cache), **llm_over)
     finally:
         os.chdir(cwd)
-    usage, rows = usage_from_outputs(out, llm)
-    return usage, {r["unit_id"]: r for r in rows.to_pylist()}
+    usage, packs = usage_from_outputs(out, llm)
+    return usage, {r["unit_id"]: r for pack in packs.column("rows").to_pylist() for r in pack}
 
 
 def test_a_killed_driver_resumes_polling_its_batch_and_pays_nothing_twice(emulator, tmp_path):
@@ -381,13 +387,13 @@ def test_a_create_whose_answer_was_lost_is_found_not_repeated(emulator, tmp_path
     from corpusgraph.llm.cache import ResponseCache
     from corpusgraph.llm.openai_batch import ENDPOINT, BatchRecords, OpenAIBatchChatModel
     from corpusgraph.llm.openai_http import request_body
-    from corpusgraph.stages.extract import ExtractTask
+    from corpusgraph.stages.extract import ExtractPrompts, PackTask
 
     from corpusgraph.config import ExtractSection
     from corpusgraph.prompts import load_prompt
 
-    task = ExtractTask(ExtractSection(), load_prompt(REPO / "conf" / "prompts" / "extract.txt"), "ph", "scripted",
-                       "run", 0.0)
+    task = PackTask(ExtractSection(), ExtractPrompts(load_prompt(REPO / "conf" / "prompts" / "extract.txt")), "ph",
+                    "scripted", "run", 0.0)
     reqs = task.requests(pq.read_table(_units(tmp_path, 4, "l")).to_pylist())
     model = OpenAIBatchChatModel("scripted", emulator.base_url, state_dir=tmp_path / "batches",
                                  cache=ResponseCache(tmp_path / "cache.sqlite"), poll_s=0.1)

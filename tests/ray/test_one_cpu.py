@@ -35,26 +35,29 @@ def test_llm_and_embed_tasks_finish_on_a_one_cpu_ray(one_cpu_ray, tmp_path):
     from corpusgraph.config import EmbeddingSection, ExtractSection, LLMSection, RaySection
     from corpusgraph.prompts import load_prompt
     from corpusgraph.ray_runner import run_embed_task, run_llm_task, usage_from_outputs
-    from corpusgraph.stages.extract import ExtractTask
+    from corpusgraph.stages.extract import ExtractPrompts, PackTask, pack_batch
 
-    units = [f"Contoso shipped goods from Milan to Antwerp on day {i}; Fabrikam paid." for i in range(6)]
+    units = [{"unit_id": f"u{i}", "text": f"Contoso shipped goods from Milan to Antwerp on day {i}; Fabrikam paid.",
+              "n_tokens": 16} for i in range(6)]
     (tmp_path / "in").mkdir()
-    pq.write_table(pa.table({"unit_id": [f"u{i}" for i in range(6)], "text": units,
-                             "n_tokens": pa.array([16] * 6, pa.int32())}), tmp_path / "in" / "units.parquet")
+    # Packs of one unit: one call per unit, as before packing.
+    packs = pack_batch(units, ExtractSection(units_per_call=1), 0)
+    pq.write_table(pa.Table.from_batches([packs]), tmp_path / "in" / "units.parquet")
     one_cpu = RaySection(num_cpus=1, actors=1)
     server = ScriptedServer(tmp_path / "served.log", latency_s=0.05).start()
     try:
         llm = LLMSection(backend="openai", api_base=server.base_url, model="scripted", concurrency=2)
-        task = ExtractTask(ExtractSection(), load_prompt(REPO / "conf" / "prompts" / "extract.txt"),
-                           "prompt-hash", "scripted", "run-1", 0.0)
+        task = PackTask(ExtractSection(), ExtractPrompts(load_prompt(REPO / "conf" / "prompts" / "extract.txt")),
+                        "prompt-hash", "scripted", "run-1", 0.0)
         run_llm_task(task, str(tmp_path / "in"), str(tmp_path / "out"), llm=llm, ray_section=one_cpu,
                      cache_dir=str(tmp_path / "cache"), base_url=None)
     finally:
         server.kill()
     assert ray.cluster_resources().get("CPU") == 1.0  # the Ray this ran on really had one CPU
-    usage, rows = usage_from_outputs(tmp_path / "out", llm)
-    assert sorted(rows.column("unit_id").to_pylist()) == [f"u{i}" for i in range(6)]
-    assert set(rows.column("status").to_pylist()) == {"ok"}
+    usage, packs = usage_from_outputs(tmp_path / "out", llm)
+    rows = [r for pack in packs.column("rows").to_pylist() for r in pack]
+    assert sorted(r["unit_id"] for r in rows) == [f"u{i}" for i in range(6)]
+    assert {r["status"] for r in rows} == {"ok"}
     assert usage.calls == 6 and usage.errors == 0
 
     texts = ["Contoso shipped goods.", "Antwerp is a port.", "Fabrikam paid late."]

@@ -39,17 +39,19 @@ def test_llm_and_embed_bars_move_with_the_work_and_end_at_the_rows_written(log, 
     from corpusgraph.config import EmbeddingSection, ExtractSection, LLMSection, RaySection
     from corpusgraph.prompts import load_prompt
     from corpusgraph.ray_runner import run_embed_task, run_llm_task
-    from corpusgraph.stages.extract import ExtractTask
+    from corpusgraph.stages.extract import ExtractPrompts, PackTask, pack_batch
 
     (tmp_path / "in").mkdir()
-    pq.write_table(pa.table({"unit_id": [f"u{i}" for i in range(ROWS)],
-                             "text": [f"Contoso shipped crate {i} from Milan to Antwerp." for i in range(ROWS)],
-                             "n_tokens": pa.array([12] * ROWS, pa.int32())}), tmp_path / "in" / "units.parquet")
+    units = [{"unit_id": f"u{i}", "text": f"Contoso shipped crate {i} from Milan to Antwerp.", "n_tokens": 12}
+             for i in range(ROWS)]
+    # Packs of one unit: one LLM call per row, so the bar counts rows.
+    pq.write_table(pa.Table.from_batches([pack_batch(units, ExtractSection(units_per_call=1), 0)]),
+                   tmp_path / "in" / "units.parquet")
     server = ScriptedServer(tmp_path / "served.log", latency_s=0.1).start()
     try:
         llm = LLMSection(backend="openai", api_base=server.base_url, model="scripted", concurrency=2)
-        task = ExtractTask(ExtractSection(), load_prompt(REPO / "conf" / "prompts" / "extract.txt"),
-                           "prompt-hash", "scripted", "run-1", 0.0)
+        task = PackTask(ExtractSection(), ExtractPrompts(load_prompt(REPO / "conf" / "prompts" / "extract.txt")),
+                        "prompt-hash", "scripted", "run-1", 0.0)
         run_llm_task(task, str(tmp_path / "in"), str(tmp_path / "out"), llm=llm, ray_section=RaySection(actors=1),
                      cache_dir=str(tmp_path / "cache"), base_url=None, work=Work("extract", "LLM calls", ROWS))
     finally:

@@ -15,7 +15,7 @@ WORDS = ("depot", "trailer", "Porto", "Lisbon", "pallets", "Castor", "Haulage", 
 
 
 def test_sampled_counts_agree_with_exact_counts_within_their_bound(spark):
-    from corpusgraph.estimate import count_units
+    from corpusgraph.estimate_count import ExtractCounting, count_units
     from corpusgraph.estimate_sample import count_prompt_tokens
 
     # base.yaml's packing (up to 6 units per call), so that calls per unit vary from cluster to cluster.
@@ -26,8 +26,9 @@ def test_sampled_counts_agree_with_exact_counts_within_their_bound(spark):
         text = " ".join(WORDS[(i + k * 3) % len(WORDS)] for k in range(n)) + "."
         rows.append((f"u{i:04d}", "d1", i, text, n, 0, len(text)))
     units = spark.createDataFrame(rows, spark_schema("text_units"))
-    exact = count_units(units, cfg)
-    counts, sampling = count_prompt_tokens(units, cfg, sample_units=300)
+    counting, seed = ExtractCounting.of(cfg), cfg.estimate.calibrate_seed
+    exact = count_units(units, counting)
+    counts, sampling = count_prompt_tokens(units, counting, seed, sample_units=300)
     assert sampling is not None and counts["units"] == exact["units"] == 1200
     assert counts["n_tokens"] == exact["n_tokens"]  # summed exactly, not sampled
     assert 150 <= sampling["units_counted"] <= 450 and sampling["packs_counted"] >= 20
@@ -36,5 +37,5 @@ def test_sampled_counts_agree_with_exact_counts_within_their_bound(spark):
         bound = sampling["relative_error_95"][name]
         assert 0 < bound < 0.2
         assert abs(counts[name] - exact[name]) <= bound * exact[name], name
-    same, none = count_prompt_tokens(units, cfg, sample_units=0)
+    same, none = count_prompt_tokens(units, counting, seed, sample_units=0)
     assert none is None and same == exact  # 0: every unit, exactly as before

@@ -1,11 +1,12 @@
 """`corpusgraph export` on a real index, checked against its Delta tables as Spark reads them.
 
 The index: the freight sample with every document given one of two access domains (a JSON-lines
-copy, "ops" and "hq" alternately), built once for the module with the fast extraction method
-(spaCy, no LLM) and no model at all: ingest to communities, without reports (they would start
-Ray and a model server for a join that tests/unit/test_export.py checks on its index's reports)
-or embeddings (no export reads them). Each format, unrestricted and for --domains ops, is
-compared with counts and attributes computed here from the tables read by Spark.
+copy, "ops" and "hq" alternately), built once per test session with the fast extraction method
+(spaCy, no LLM) and no model at all (`freight_fast_index` in tests/spark/conftest.py): ingest to
+communities, without reports (they would start Ray and a model server for a join that
+tests/unit/test_export.py checks on its index's reports) or embeddings (no export reads them). Each
+format, unrestricted and for --domains ops, is compared with counts and attributes computed here
+from the tables read by Spark.
 """
 
 from __future__ import annotations
@@ -17,43 +18,16 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from corpusgraph.config import load_config
 from corpusgraph.export import run_export
 from corpusgraph.export.neo4j import ARRAY_DELIMITER
-from corpusgraph.pipeline import RunContext, run_index
-from tests.conftest import REPO
 
 pytestmark = pytest.mark.spark
 
-SAMPLE = REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs"
-
-
-def _two_domain_copy(folder):
-    """The sample as one JSON-lines file, documents alternately in domains "ops" and "hq"."""
-    records = []
-    for path in sorted(SAMPLE.iterdir()):
-        if path.suffix == ".jsonl":
-            records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        else:
-            records.append({"id": path.name, "title": path.stem, "text": path.read_text()})
-    folder.mkdir()
-    with open(folder / "freight.jsonl", "w") as f:
-        for i, r in enumerate(records):
-            f.write(json.dumps({**r, "domain": "ops" if i % 2 == 0 else "hq"}) + "\n")
-
 
 @pytest.fixture(scope="module")
-def index(spark, tmp_path_factory):
-    root = tmp_path_factory.mktemp("export-index")
-    _two_domain_copy(root / "in")
-    cfg = load_config(REPO / "conf" / "local.yaml", {
-        "storage.warehouse": str(root / "wh"), "storage.index_dir": str(root / "idx"),
-        "storage.cache_dir": str(root / "cache"), "ingest.inputs": f"[{root / 'in'}]",
-        "extract.method": "fast", "resolve.llm_adjudication": "false", "resolve.summarise_descriptions": "false",
-    })
-    ctx = RunContext(cfg, spark)
-    run_index(ctx, ["ingest", "chunk", "extract", "resolve", "communities"])
-    read = {n: ctx.wh.read(n) for n in ("documents", "text_units", "entities", "relationships", "communities")}
+def index(freight_fast_index):
+    cfg, wh = freight_fast_index
+    read = {n: wh.read(n) for n in ("documents", "text_units", "entities", "relationships", "communities")}
     tables = {n: [r.asDict(recursive=True) for r in df.collect()] for n, df in read.items()}  # small: the test's oracle
     unit_domain = {}
     doc_domain = {d["doc_id"]: d["access_domain"] for d in tables["documents"]}

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from corpusgraph.config import Config
+from corpusgraph.config import Config, ServeSection
 from corpusgraph.query.engine import METHODS
 from corpusgraph.query.access import domain_view_id
 from tests.unit.query_fixtures import (
@@ -70,13 +70,13 @@ def world(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def service(world):
-    from serving import ServiceSettings, create_app
+    from serving import create_app
 
     chat = EchoChat()
     keys = [{"name": "public-app", "key": PUBLIC, "domains": ["public"]},
             {"name": "vault-app", "key": VAULT, "domains": ["vault"]},
             {"name": "admin", "key": ADMIN, "domains": ["*"]}]
-    app = create_app(ServiceSettings(config=Config(), api_keys=keys), engine_factory=lambda _s: make_engine(world, chat))
+    app = create_app(Config(serve=ServeSection(api_keys=keys)), engine_factory=lambda _s: make_engine(world, chat))
     with TestClient(app) as client:
         deadline = time.monotonic() + 30
         while client.get("/readyz").status_code != 200:
@@ -162,12 +162,12 @@ def test_vector_search_returns_only_visible_hits_and_still_fills_k(full):
 
 def test_each_keys_view_is_built_before_the_service_says_ready(full):
     from corpusgraph.query.store import IndexStore
-    from serving import ServiceSettings, create_app
+    from serving import create_app
 
     fresh = IndexStore(full.warehouse, full.index_dir)
     keys = [{"name": "p", "key": "k1", "domains": ["public"]}, {"name": "b", "key": "k2", "domains": ["vault", "public"]},
             {"name": "a", "key": "k3", "domains": ["*"]}]
-    app = create_app(ServiceSettings(config=Config(), api_keys=keys),
+    app = create_app(Config(serve=ServeSection(api_keys=keys)),
                      engine_factory=lambda _s: make_engine(fresh, EchoChat()))
     with TestClient(app) as client:
         deadline = time.monotonic() + 30

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpusgraph.config import ConfigError, LLMSection, load_config
-from corpusgraph.estimate import Rates, estimate_from_counts
+from corpusgraph.estimate import CostSections, Rates, estimate_from_counts
 from corpusgraph.estimate_view import format_estimate
 from corpusgraph.ray_runner import output_usage
 from tests.conftest import REPO
@@ -52,11 +52,13 @@ def test_accounting_prices_batch_rows_at_the_factor(tmp_path):
 
 
 def test_estimate_prices_batched_stages_at_the_factor():
-    sync = estimate_from_counts(COUNTS, Rates(**RATES), _cfg(), documents=40, overhead=150, tokenizer="t")
+    sync = estimate_from_counts(COUNTS, Rates(**RATES), CostSections.of(_cfg()), documents=40, overhead=150,
+                                tokenizer="t")
     cfg = _cfg(**{"llm.backend": "openai_batch", "llm.api_base": "http://h/v1", "llm.usd_per_1k_in": "0.001",
                   "llm.usd_per_1k_out": "0.002", "llm.batch.stages": "[extract, reports]",
                   "estimate.prices.gpt-4o.batch_factor": "0.25"})
-    est = estimate_from_counts(COUNTS, Rates(**RATES), cfg, documents=40, overhead=150, tokenizer="t")
+    est = estimate_from_counts(COUNTS, Rates(**RATES), CostSections.of(cfg), documents=40, overhead=150,
+                               tokenizer="t")
     assert est.llm_tokens == sync.llm_tokens  # the same calls; only the price differs
     batched = [s for s in est.stages if s.stage in ("extract", "reports")]
     bin_, bout = sum(s.tokens_in for s in batched), sum(s.tokens_out for s in batched)
@@ -70,5 +72,5 @@ def test_estimate_prices_batched_stages_at_the_factor():
         assert est.usd[f"{name}, batch x{f:g}"] < sync.usd[name]
     conf = est.usd["configured (smollm2), batch x0.5"]
     assert conf == pytest.approx((rest_in + 0.5 * bin_) / 1000 * 0.001 + (rest_out + 0.5 * bout) / 1000 * 0.002)
-    text = format_estimate(est, cfg)
+    text = format_estimate(est, cfg.estimate)
     assert "gpt-4o-mini, batch x0.5" in text and "gpt-4o, batch x0.25" in text

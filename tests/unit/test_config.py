@@ -42,3 +42,36 @@ def test_fingerprint_ignores_secret_but_not_settings():
     b = load_config(REPO / "conf" / "local.yaml", {"llm.api_key": "secret"})
     c = load_config(REPO / "conf" / "local.yaml", {"chunk.size_tokens": "100"})
     assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+def test_fingerprint_is_a_short_hash_that_skips_the_service_section():
+    a = load_config(REPO / "conf" / "local.yaml")
+    served_elsewhere = load_config(REPO / "conf" / "local.yaml", {"serve.port": "9999"})
+    tuned = load_config(REPO / "conf" / "local.yaml", {"query.retrieval.damping": "0.7"})
+    assert len(a.fingerprint()) == 16 and int(a.fingerprint(), 16) >= 0  # 16 hex digits: 64 bits of SHA-256
+    assert a.fingerprint() == served_elsewhere.fingerprint() != tuned.fingerprint()
+
+
+def test_query_section_is_nested_by_concern():
+    cfg = load_config(REPO / "conf" / "base.yaml", {"query.global.level": "2", "query.drift.breadth": "4"})
+    # Defaults as written in lib/corpusgraph/sections/query.py; prompts as base.yaml names them.
+    assert (cfg.query.retrieval.damping, cfg.query.retrieval.iterations, cfg.query.retrieval.keep_dense) == (0.5, 30, 5)
+    assert cfg.query.global_.level == 2 and cfg.query.global_.prompt_map == "prompts/global_map.txt"
+    assert cfg.query.drift.breadth == 4 and cfg.query.drift.prompt == "prompts/drift_primer.txt"
+    assert cfg.query.top_k_units == 5 and cfg.query.max_context_tokens == 1800
+
+
+@pytest.mark.parametrize("old, new", [
+    ("retrieval_damping", "query.retrieval.damping"),
+    ("global_level", "query.global.level"),
+    ("dynamic_max_level", "query.global.dynamic_max_level"),
+    ("prompt_drift", "query.drift.prompt"),
+    ("drift_breadth", "query.drift.breadth"),
+])
+def test_a_flat_query_key_names_its_new_place(tmp_path, old, new):
+    p = tmp_path / "old.yaml"
+    p.write_text(f"query:\n  {old}: 1\n")
+    with pytest.raises(ConfigError, match=f"query.{old} is now {new}"):
+        load_config(p)
+    with pytest.raises(ConfigError, match=f"query.{old} is now {new}"):
+        load_config(REPO / "conf" / "local.yaml", {f"query.{old}": "1"})

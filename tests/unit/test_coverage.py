@@ -76,7 +76,7 @@ def test_dynamic_selection_says_what_it_rated_pruned_and_descended(store):
     # c1b, a leaf, was mapped with its rating and its one point dropped when it was pruned.
     assert sel["mapped_early"] == 2 and sel["early_pruned"] == 1 and cov["points"]["unselected"] == 1
 
-    fallback = engine(store, RatingChat({}, default=0), global_level=0).ask("Anything?", method="global").coverage
+    fallback = engine(store, RatingChat({}, default=0), global_={"level": 0}).ask("Anything?", method="global").coverage
     assert fallback["selection"]["fallback"] is True and fallback["selection"]["pruned"] == 2
     assert fallback["reports_mapped"] == 2 and fallback["document_share"] == 1.0
 

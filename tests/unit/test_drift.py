@@ -60,9 +60,17 @@ def test_primer_follow_ups_in_one_batch_then_reduce(store):
     assert answer.citations and all(c.unit_id in store.units for c in answer.citations)
 
 
+def test_the_question_and_each_follow_up_have_their_names_matched_once(store, monkeypatch):
+    asked = []
+    match = store.match_names
+    monkeypatch.setattr(store, "match_names", lambda text: asked.append(text) or match(text))
+    engine(store, DriftChat(["Who trained Tobin Hale?", "What did the Lumen Guild make?"])).ask(QUESTION, method="drift")
+    assert asked == [QUESTION, "Who trained Tobin Hale?", "What did the Lumen Guild make?"]
+
+
 def test_breadth_and_depth_bound_the_calls(store):
     chat = DriftChat(["Q one?", "Q two?", "Q three?", "Q four?"], more=["Q five?", "Q one?"])
-    answer = engine(store, chat, drift_breadth=2, drift_depth=2).ask(QUESTION, method="drift")
+    answer = engine(store, chat, drift={"breadth": 2, "depth": 2}).ask(QUESTION, method="drift")
     sizes = [len(b) for b in chat.batches]
     assert sizes == [1, 2, 1, 1]  # primer, 2 follow-ups, the one new follow-up (Q one? was asked), reduce
     assert answer.details["follow_ups"] == ["Q one?", "Q two?", "Q five?"] and answer.details["rounds"] == 2
@@ -85,14 +93,15 @@ def test_auto_routes_how_questions_about_entities_to_drift(store):
 
 def test_primer_falls_back_to_entity_communities_without_report_vectors(store):
     from corpusgraph.query.drift import primer_reports
+    from corpusgraph.query.question import parse_question
     from tests.unit.query_fixtures import fake_embed
 
-    ids, source = primer_reports(store, fake_embed([QUESTION])[0], QUESTION, 2)
+    ids, source = primer_reports(store, parse_question(store, QUESTION, fake_embed([QUESTION])[0]), 2)
     assert source == "report_vectors" and len(ids) == 2
     saved = store._vectors.pop("community_report", None)
     store._vectors["community_report"] = _Missing()
     try:
-        ids, source = primer_reports(store, fake_embed([QUESTION])[0], QUESTION, 3)
+        ids, source = primer_reports(store, parse_question(store, QUESTION, fake_embed([QUESTION])[0]), 3)
     finally:
         store._vectors["community_report"] = saved
     assert source == "entity_communities" and ids and all(c in store.reports for c in ids)

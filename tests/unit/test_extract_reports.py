@@ -7,8 +7,9 @@ import pytest
 from corpusgraph.config import ExtractSection, ReportsSection
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.prompts import Prompt, load_prompt, render
-from corpusgraph.stages.extract import ExtractTask, build_request, extraction_schema, parse_extraction
+from corpusgraph.stages.extract import ExtractPrompts, PackTask, build_request, extraction_schema, parse_extraction
 from corpusgraph.stages.reports import build_context, parse_report, report_schema
+from corpusgraph.tables import table
 from tests.conftest import REPO
 
 SEC = ExtractSection(entity_types=["ORGANIZATION", "PERSON"], max_entities=3, max_relationships=2)
@@ -80,11 +81,12 @@ def test_malformed_and_failed_answers_become_rows_not_exceptions():
 
 def test_extract_task_rows_match_the_table_schema():
     prompt = load_prompt(REPO / "conf" / "prompts" / "extract.txt")
-    task = ExtractTask(SEC, prompt, "ph", "m", "run1", 0.0)
-    rows = [{"unit_id": "u1", "text": "t"}, {"unit_id": "u2", "text": "t"}]
-    out = task.outputs(rows, [_ok({"entities": [], "relationships": []}), ChatResult(id="u2", text=None, error="x")])
-    assert [o["status"] for o in out] == ["ok", "llm_error"]
-    assert set(out[0]) == set(task.output_schema.names)
+    task = PackTask(SEC, ExtractPrompts(prompt), "ph", "m", "run1", 0.0)
+    packs = [{"pack_id": f"p{i}", "units": [{"unit_id": f"u{i}", "text": "t", "n_tokens": 1}]} for i in (1, 2)]
+    out = task.outputs(packs, [_ok({"entities": [], "relationships": []}), ChatResult(id="p2", text=None, error="x")])
+    rows = [r for o in out for r in o["rows"]]
+    assert [r["unit_id"] for r in rows] == ["u1", "u2"] and [r["status"] for r in rows] == ["ok", "llm_error"]
+    assert set(rows[0]) == set(table("extractions").schema.names)
 
 
 def test_report_context_fits_budget_and_uses_child_reports_when_too_big():

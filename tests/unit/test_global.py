@@ -89,7 +89,7 @@ def test_a_relevant_parent_without_relevant_children_is_kept(store):
 
 def test_nothing_relevant_falls_back_to_mapping_the_whole_level(store):
     chat = RatingChat({}, default=0)
-    answer = engine(store, chat, global_level=0).ask("What holds the lantern trade together?", method="global")
+    answer = engine(store, chat, global_={"level": 0}).ask("What holds the lantern trade together?", method="global")
     assert chat.rated() == [["c0a", "c0b"]]  # no descent below irrelevant roots
     assert sorted(chat.mapped_titles()) == ["Copper miners of Grey Hollow", "Lantern makers of Port Keel"]
     assert answer.details["selection"] == "dynamic_fallback" and answer.details["level"] == 0
@@ -108,13 +108,13 @@ def test_explicit_level_and_switch_turn_selection_off(store):
     answer = engine(store, chat).ask("What holds the lantern trade together?", method="global", level=0)
     assert chat.rated() == [] and answer.details["selection"] == "level" and answer.details["level"] == 0
     chat = RatingChat({"c0a": 5, "c0b": 5})
-    answer = engine(store, chat, global_dynamic=False, global_level=1).ask("Anything?", method="global")
+    answer = engine(store, chat, global_={"dynamic": False, "level": 1}).ask("Anything?", method="global")
     assert chat.rated() == [] and answer.details["level"] == 1
 
 
 def test_max_level_stops_the_descent(store):
     chat = RatingChat({"c0a": 5, "c0b": 5, "c1a": 5, "c1b": 5, "c1c": 5})
-    engine(store, chat, dynamic_max_level=0).ask("What holds the lantern trade together?", method="global")
+    engine(store, chat, global_={"dynamic_max_level": 0}).ask("What holds the lantern trade together?", method="global")
     assert chat.rated() == [["c0a", "c0b"]]
     assert sorted(chat.reduced_titles()) == ["Copper miners of Grey Hollow", "Lantern makers of Port Keel"]
     assert len(chat.batches) == 2  # the roots are leaves here: rated and mapped in one batch, then reduce
@@ -123,7 +123,7 @@ def test_max_level_stops_the_descent(store):
 def test_a_leaf_is_mapped_while_rated_and_only_relevant_points_are_kept(store):
     ask = "What holds the lantern trade together?"
     early = RatingChat({"c0a": 4, "c0b": 0})
-    answer = engine(store, early, dynamic_max_level=0).ask(ask, method="global")
+    answer = engine(store, early, global_={"dynamic_max_level": 0}).ask(ask, method="global")
     assert [len(b) for b in early.batches] == [3, 1]  # 2 ratings + 1 map chunk, then the reduce
     assert early.reduced_titles() == ["Lantern makers of Port Keel"]  # c0b's point is dropped
     assert (answer.details["mapped_early"], answer.details["early_pruned"], answer.details["points_unselected"]) == (2, 1, 1)
@@ -131,14 +131,14 @@ def test_a_leaf_is_mapped_while_rated_and_only_relevant_points_are_kept(store):
     assert {c.unit_id for c in answer.citations} <= {"u1", "u2", "u5", "u7"}  # c0a's units only
     # Off: rate, then map only the relevant one, then reduce; the same report reaches the reduce.
     late = RatingChat({"c0a": 4, "c0b": 0})
-    off = engine(store, late, dynamic_max_level=0, dynamic_early_map=False).ask(ask, method="global")
+    off = engine(store, late, global_={"dynamic_max_level": 0, "dynamic_early_map": False}).ask(ask, method="global")
     assert [len(b) for b in late.batches] == [2, 1, 1] and late.mapped_titles() == ["Lantern makers of Port Keel"]
     assert late.reduced_titles() == early.reduced_titles() and off.coverage["reports_mapped"] == 1
 
 
 def test_a_fallback_to_the_level_already_mapped_costs_no_second_map(store):
     chat = RatingChat({}, default=0)
-    answer = engine(store, chat, dynamic_max_level=0, global_level=0).ask("Anything at all?", method="global")
+    answer = engine(store, chat, global_={"dynamic_max_level": 0, "level": 0}).ask("Anything at all?", method="global")
     assert [len(b) for b in chat.batches] == [3, 1]  # no map round after the ratings
     assert answer.details["selection"] == "dynamic_fallback" and answer.details["points_unselected"] == 0
     assert sorted(chat.reduced_titles()) == ["Copper miners of Grey Hollow", "Lantern makers of Port Keel"]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from corpusgraph.config import QuerySection
+from corpusgraph.query.question import parse_question
 from corpusgraph.tokens import count_tokens
 from tests.unit.query_fixtures import REPO, ScriptedChat, fake_embed
 from tests.unit.query_fixtures import make_engine as engine
@@ -31,6 +32,28 @@ def test_store_lookups_and_deleted_documents(store):
     assert sorted(store.reports_by_level) == [0, 1] and "c1d" not in store.reports
     assert "d9" not in store.docs and "u9" not in store.units  # deleted document: never shown
     assert store.match_names("Did the Iron Coast Company pay Ilsa Brand?") == ["e_iron", "e_ilsa"]
+
+
+def test_row_types_name_the_table_contracts_columns():
+    from corpusgraph.query.rows import ROW_TYPES
+    from corpusgraph.query.store import _DOC_COLUMNS
+    from corpusgraph.tables import table
+
+    for name, row in ROW_TYPES.items():
+        columns = _DOC_COLUMNS if name == "documents" else table(name).schema.names
+        assert set(row.__annotations__) == set(columns), name
+
+
+def test_nulls_are_filled_with_the_one_meaning_of_their_table():
+    from corpusgraph.query.rows import filled
+
+    rel, = filled("relationships", [{"rel_id": "r", "source_id": "a", "target_id": "b", "description": None,
+                                     "weight": None, "unit_ids": None}])
+    assert rel["weight"] == 1.0 and rel["unit_ids"] == []  # one mention, whose strength is at least 1
+    report, = filled("community_reports", [{"community_id": "c", "rating": None, "findings": None}])
+    assert report["rating"] == 0.0 and report["findings"] == []
+    claim, = filled("claims", [{"claim_id": "k", "object_id": None}])
+    assert claim["object_id"] is None  # no object: none, not a default
 
 
 def test_missing_table_names_it_and_the_fix(tmp_path):
@@ -62,6 +85,17 @@ def test_basic_cites_the_retrieved_units_cited_tag_first(store):
     assert answer.citations[0].source_uri.startswith("file:///corpus/")
 
 
+def test_top_k_and_domains_apply_to_one_call_only(store):
+    e = engine(store, ScriptedChat(answer="x"))
+    one = e.ask("Do winter storms halt the copper mines?", method="basic", top_k=1)
+    assert len(one.citations) == 1 and e.section.top_k_units == 5  # QuerySection's default, untouched
+    assert len(e.ask("Do winter storms halt the copper mines?", method="basic").citations) == 5
+    with pytest.raises(ValueError, match="top_k_units"):
+        e.ask("Anything?", method="basic", top_k=51)  # the section's bound: at most 50
+    nothing = e.ask("Do winter storms halt the copper mines?", method="basic", domains=["no-such-domain"])
+    assert nothing.citations == [] and e.store.domains is None
+
+
 # -- local -----------------------------------------------------------------------------------
 
 
@@ -69,7 +103,8 @@ def test_local_context_has_neighbour_relationships_and_seed_units(store):
     from corpusgraph.query.local import build_local_context
 
     question = "Who taught Tobin Hale?"
-    ctx = build_local_context(store, fake_embed([question])[0], question, QuerySection(top_k_entities=1))
+    asked = parse_question(store, question, fake_embed([question])[0], titles=store.retriever().titles)
+    ctx = build_local_context(store, asked, QuerySection(top_k_entities=1))
     assert ctx.seed_ids == ["e_tobin"]  # named in the question, ahead of any vector hit
     assert "e_mara" in ctx.entity_ids  # the 1-hop neighbour
     assert {"r2", "r1"} <= set(ctx.rel_ids)  # seed-neighbour edge, and the edge among neighbours
@@ -85,12 +120,22 @@ def test_local_context_respects_a_small_budget(store):
     from corpusgraph.query.local import build_local_context
 
     question = "What did Mara Voss and Ilsa Brand agree in Port Keel?"
-    qv = fake_embed([question])[0]
-    roomy = build_local_context(store, qv, question, QuerySection(max_context_tokens=4000))
-    tight = build_local_context(store, qv, question, QuerySection(max_context_tokens=200))
+    asked = parse_question(store, question, fake_embed([question])[0], titles=store.retriever().titles)
+    roomy = build_local_context(store, asked, QuerySection(max_context_tokens=4000))
+    tight = build_local_context(store, asked, QuerySection(max_context_tokens=200))
     assert roomy.tokens > 400  # so the small budget really has to cut
     assert count_tokens(tight.text) <= 200 and sum(tight.section_tokens.values()) <= 200
     assert tight.unit_ids and len(tight.unit_ids) < len(roomy.unit_ids)
+
+
+def test_a_local_question_has_its_names_matched_once(store, monkeypatch):
+    asked = []
+    match = store.match_names
+    monkeypatch.setattr(store, "match_names", lambda text: asked.append(text) or match(text))
+    for method in ("local", "auto"):  # auto: the router and local search share the one match
+        asked.clear()
+        answer = engine(store, ScriptedChat(answer="x")).ask("Who taught Tobin Hale?", method=method)
+        assert answer.method == "local" and asked == ["Who taught Tobin Hale?"]
 
 
 def test_local_answer_cites_context_and_relationship_units(store):

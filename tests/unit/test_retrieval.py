@@ -5,17 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from corpusgraph.config import QuerySection
-from corpusgraph.query.retrieval import (
-    Bm25,
-    RetrievalWeights,
-    personalized_pagerank,
-    rank_units,
-    retriever_for,
-    tokenize,
-    weights_from,
-)
+from corpusgraph.config import QuerySection, RetrievalSection
+from corpusgraph.graph.walk import personalized_pagerank
+from corpusgraph.query.lexical import Bm25, tokenize
+from corpusgraph.query.question import parse_question
+from corpusgraph.query.retrieval import rank_units
 from tests.unit.query_fixtures import fake_embed
+
+
+def _unchecked(**weights) -> RetrievalSection:
+    """Weights past the config's bounds (a walk over the whole tiny graph, a node cap below its size)."""
+    return RetrievalSection.model_construct(**weights)
+
+
+def _asked(r, text: str, vector):
+    """The question as the engine hands it on: its names and the titles it names matched once."""
+    return parse_question(r.store, text, vector, titles=r.titles)
 
 
 def test_tokenize_drops_stop_words_and_case():
@@ -57,7 +62,7 @@ def test_ppr_without_restart_mass_is_zero():
 
 
 def test_weights_come_from_the_query_section():
-    w = weights_from(QuerySection(retrieval_damping=0.7, retrieval_passage_weight=0.2, retrieval_candidates=9))
+    w = QuerySection(retrieval={"damping": 0.7, "passage_weight": 0.2, "candidates": 9}).retrieval
     assert (w.damping, w.passage_weight, w.candidates) == (0.7, 0.2, 9)
 
 
@@ -67,30 +72,31 @@ def test_multi_hop_question_reaches_the_second_hop_passage(store):
     entity can reach it, and a passage with no entity (u6) stays unreached."""
     question = "Which treaty did the founder of the Lumen Guild sign?"
     qv = fake_embed([question])[0]
-    graph_only = dict(retriever_for(store).rank(
-        question, qv, RetrievalWeights(passage_weight=0.0, seed_support=False, keep_dense=0), 10))
+    asked = _asked(store.retriever(), question, qv)
+    graph_only = dict(store.retriever().rank(
+        asked, RetrievalSection(passage_weight=0.0, seed_support=False, keep_dense=0), 10))
     assert "u5" in graph_only and "u6" not in graph_only
     assert max(graph_only, key=graph_only.get) in {"u1", "u2", "u4", "u7"}  # the guild's own passages lead
-    ranked = rank_units(store, question, qv, RetrievalWeights(), 5)
+    ranked = rank_units(store, asked, RetrievalSection(), 5)
     # With the defaults, the dense guarantee keeps the best passage by the passage score first
     # (the walk's founder passage is not ahead of it by the margin); the founder passage and the
     # treaty passage the walk reached through her are in the context too.
-    scores = retriever_for(store).passage_scores(question, qv, RetrievalWeights())
-    assert ranked[0] == retriever_for(store).unit_ids[max(scores, key=scores.get)]
+    scores = store.retriever().passage_scores(asked, RetrievalSection())
+    assert ranked[0] == store.retriever().unit_ids[max(scores, key=scores.get)]
     assert "u1" in ranked and "u5" in ranked
     assert "u9" not in ranked  # its document is deleted
 
 
 def test_named_entity_passages_outrank_unrelated_ones(store):
     question = "Who directs the Iron Coast Company?"
-    ranked = rank_units(store, question, fake_embed([question])[0], RetrievalWeights(), 8)
+    ranked = rank_units(store, _asked(store.retriever(), question, fake_embed([question])[0]), RetrievalSection(), 8)
     assert ranked[0] == "u3"
     assert ranked.index("u3") < ranked.index("u6")  # storms: no shared entity, low lexical overlap
 
 
 def test_retriever_is_built_once_per_store(store):
-    assert retriever_for(store) is retriever_for(store)
-    r = retriever_for(store)
+    assert store.retriever() is store.retriever()
+    r = store.retriever()
     assert len(r.unit_ids) == len(store.units) and r.n == len(store.units) + len(store.entities)
 
 
@@ -108,7 +114,7 @@ def test_a_unit_is_linked_to_the_entity_named_by_its_document_title():
         names={"iron coast company": ["e_iron"]},
     )
     r = GraphRetriever(store)
-    edges = set(zip(r.src.tolist(), r.dst.tolist()))
+    edges = set(zip(r.graph.src.tolist(), r.graph.dst.tolist()))
     assert {(0, 1), (0, 2)} <= edges  # entity 0 -- unit u3 (node 1) and u4 (node 2)
     assert r.passages_of[0] == 2
 
@@ -117,10 +123,11 @@ def test_entity_vector_seeds_add_to_name_matches(store):
     """No entity is named; the nearest entity vectors seed the walk instead."""
     question = "copper director"
     qv = fake_embed([question])[0]
-    with_vectors = retriever_for(store).entity_seeds(question, qv, RetrievalWeights(entity_seeds=3))
-    names_only = retriever_for(store).entity_seeds(question, qv, RetrievalWeights(entity_seeds=0))
+    asked = _asked(store.retriever(), question, qv)
+    with_vectors = store.retriever().entity_seeds(asked, RetrievalSection(entity_seeds=3))
+    names_only = store.retriever().entity_seeds(asked, RetrievalSection(entity_seeds=0))
     assert names_only == {} and with_vectors
-    assert rank_units(store, question, qv, RetrievalWeights(entity_seeds=3), 3)
+    assert rank_units(store, asked, RetrievalSection(entity_seeds=3), 3)
 
 
 def _path_retriever(n: int):
@@ -139,22 +146,22 @@ def _path_retriever(n: int):
 def test_neighbourhood_grows_whole_hops_within_the_cap():
     r = _path_retriever(30)  # nodes 0..29 entities on a path, node 30 the unit
     seeds = np.array([10])
-    assert sorted(r.neighbourhood(seeds, hops=2, cap=100).tolist()) == [8, 9, 10, 11, 12]
+    assert sorted(r.graph.neighbourhood(seeds, hops=2, cap=100).tolist()) == [8, 9, 10, 11, 12]
     # A hop that would pass the cap is not taken: 1 + 2 fits in 4, 1 + 2 + 2 does not.
-    assert sorted(r.neighbourhood(seeds, hops=5, cap=4).tolist()) == [9, 10, 11]
+    assert sorted(r.graph.neighbourhood(seeds, hops=5, cap=4).tolist()) == [9, 10, 11]
 
 
 def test_neighbourhood_walk_equals_the_full_walk_when_it_covers_the_graph(store):
     """Reaching every node, the bounded walk is the full PPR; bounded tighter, it keeps the top
     of the ranking (what the context needs) while zeroing far nodes."""
-    r = retriever_for(store)
+    r = store.retriever()
     rng = np.random.default_rng(3)
     reset = np.zeros(r.n)
     reset[rng.choice(r.n, size=3, replace=False)] = [0.5, 0.3, 0.2]
-    full = personalized_pagerank(r.src, r.dst, r.weight, r.n, reset, 0.5, 200, tol=1e-12)
-    covering = r.neighbourhood_pagerank(reset, RetrievalWeights(max_walk_nodes=10**6, walk_hops=r.n, iterations=200))
+    full = personalized_pagerank(r.graph.src, r.graph.dst, r.graph.weight, r.n, reset, 0.5, 200, tol=1e-12)
+    covering = r.neighbourhood_pagerank(reset, _unchecked(max_walk_nodes=10**6, walk_hops=r.n, iterations=200))
     np.testing.assert_allclose(covering, full, atol=1e-6)
-    near = r.neighbourhood_pagerank(reset, RetrievalWeights(max_walk_nodes=10**6, walk_hops=1, iterations=200))
+    near = r.neighbourhood_pagerank(reset, RetrievalSection(max_walk_nodes=10**6, walk_hops=1, iterations=200))
     assert int(np.argmax(near)) == int(np.argmax(full))
     assert (near == 0).sum() > (full == 0).sum()  # nodes past one hop were never visited
 
@@ -164,9 +171,9 @@ def test_large_graphs_rank_through_the_bounded_walk(store):
     multi-hop passage is still reached through the founder entity."""
     question = "Which treaty did the founder of the Lumen Guild sign?"
     qv = fake_embed([question])[0]
-    n = retriever_for(store).n
-    w = RetrievalWeights(passage_weight=0.0, seed_support=False, keep_dense=0, max_walk_nodes=n - 1, walk_hops=3)
-    ranked = dict(retriever_for(store).rank(question, qv, w, 10))
+    n = store.retriever().n
+    w = _unchecked(passage_weight=0.0, seed_support=False, keep_dense=0, max_walk_nodes=n - 1, walk_hops=3)
+    ranked = dict(store.retriever().rank(_asked(store.retriever(), question, qv), w, 10))
     assert "u5" in ranked and "u6" not in ranked
 
 
@@ -220,21 +227,21 @@ def test_bridge_step_puts_the_mentioned_document_after_the_passage_that_names_it
     r = GraphRetriever(_bridge_store())
     q = np.array([0.6, 0.8, 0.0], dtype=np.float32)  # nearest uB2 (cosine 1.0), then uB1 (0.94)
     ranked = [("uA", 0.9), ("uX", 0.5), ("uO", 0.4)]
-    by_question = RetrievalWeights(bridge_from=1, bridge_novelty=0.0)
+    by_question = RetrievalSection(bridge_from=1, bridge_novelty=0.0)
     assert r.bridge(ranked, q, by_question) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5), ("uO", 0.4)]
     # With novelty, uB1 wins: nearly as close to the question and much less like uA (0.3 vs 0.6).
-    assert r.bridge(ranked, q, RetrievalWeights(bridge_from=1, bridge_novelty=0.5))[1] == ("uB1", 0.9)
+    assert r.bridge(ranked, q, RetrievalSection(bridge_from=1, bridge_novelty=0.5))[1] == ("uB1", 0.9)
     # Off, or every linked passage too far from the question: the ranking is left as it was.
-    assert r.bridge(ranked, q, RetrievalWeights(bridge_from=0)) == ranked
-    assert r.bridge(ranked, np.array([0.0, 0.0, 1.0], dtype=np.float32), RetrievalWeights(bridge_from=1)) == ranked
+    assert r.bridge(ranked, q, RetrievalSection(bridge_from=0)) == ranked
+    assert r.bridge(ranked, np.array([0.0, 0.0, 1.0], dtype=np.float32), RetrievalSection(bridge_from=1)) == ranked
     # The floor applies before novelty: uB1 (0.94) falls below it, so uB2 is taken.
-    assert r.bridge(ranked, q, RetrievalWeights(bridge_from=1, bridge_novelty=0.5, bridge_min_score=0.95))[1] == ("uB2", 0.9)
+    assert r.bridge(ranked, q, RetrievalSection(bridge_from=1, bridge_novelty=0.5, bridge_min_score=0.95))[1] == ("uB2", 0.9)
     # A bridged passage ranked lower moves up (once, with the score of the passage before it);
     # one already placed above is not taken again, so the next-best unit of the document is.
     low = [("uA", 0.9), ("uX", 0.5), ("uB2", 0.3)]
     assert r.bridge(low, q, by_question) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5)]
     above = [("uB2", 0.95), ("uA", 0.9), ("uX", 0.5)]
-    assert r.bridge(above, q, RetrievalWeights(bridge_from=2, bridge_novelty=0.0)) == \
+    assert r.bridge(above, q, RetrievalSection(bridge_from=2, bridge_novelty=0.0)) == \
         [("uB2", 0.95), ("uA", 0.9), ("uB1", 0.9), ("uX", 0.5)]
 
 
@@ -276,16 +283,16 @@ def test_a_document_the_question_names_by_title_goes_first_and_is_bridged_from()
     # though the walk found nothing; then the bridge follows uA to the film it names.
     q = np.array([0.8, 0.6, 0.0], dtype=np.float32)
     question = "Who directed the film shot in Leland, North Carolina?"
-    assert r.named_passages(question, q, RetrievalWeights()) == ["uA"]
-    assert r.named_passages(question, q, RetrievalWeights(title_seeds=0)) == []
-    assert r.named_passages(question, q, RetrievalWeights(title_min_score=0.9)) == []  # uA's cosine is 0.8
-    assert r.named_passages("Who wrote about Leland?", q, RetrievalWeights()) == []  # part of a title is no title
+    assert r.named_passages(_asked(r, question, q), RetrievalSection()) == ["uA"]
+    assert r.named_passages(_asked(r, question, q), RetrievalSection(title_seeds=0)) == []
+    assert r.named_passages(_asked(r, question, q), RetrievalSection(title_min_score=0.9)) == []  # uA's cosine is 0.8
+    assert r.named_passages(_asked(r, "Who wrote about Leland?", q), RetrievalSection()) == []  # part of a title is no title
     # A question far from uA in vector space: the walk alone ranks it below uX and uO.
     far = np.array([0.0, 0.3, 0.954], dtype=np.float32)
     question = "Which weather station reports near Leland, North Carolina?"
-    named = RetrievalWeights(title_min_score=0.0)
-    assert [u for u, _ in r.rank(question, far, RetrievalWeights(title_seeds=0, bridge_from=0), 5)][0] == "uX"
-    ranked = [u for u, _ in r.rank(question, far, named, 5)]
+    named = RetrievalSection(title_min_score=0.0)
+    assert [u for u, _ in r.rank(_asked(r, question, far), RetrievalSection(title_seeds=0, bridge_from=0), 5)][0] == "uX"
+    ranked = [u for u, _ in r.rank(_asked(r, question, far), named, 5)]
     assert ranked[0] == "uA" and ranked[1] in {"uB1", "uB2"}  # named first, then its bridge
 
 
@@ -317,20 +324,20 @@ def test_entity_bridge_follows_a_stated_entity_to_the_passage_the_question_needs
     q = np.array([0.6, 0.8, 0.0], dtype=np.float32)
     named = {r.entity_index["signmark"]}
     ranked = [("uS", 0.9), ("uE", 0.5), ("uX", 0.4)]
-    one = RetrievalWeights(entity_bridge_from=1)
+    one = RetrievalSection(entity_bridge_from=1)
     # Finland leads to uM; Signmark (named by the question), the hub (61 passages > sqrt(67)) and uS's
     # own document are not followed, though uQ, uH and uS2 score higher.
     assert r.entity_bridge(ranked, q, one, named) == [("uS", 0.9), ("uM", 0.9), ("uE", 0.5), ("uX", 0.4)]
     # Each exclusion matters: without it, the passage it kept out wins.
     assert r.entity_bridge(ranked, q, one)[1] == ("uQ", 0.9)
-    assert r.entity_bridge(ranked, q, RetrievalWeights(entity_bridge_from=1, entity_bridge_max_passages=100),
+    assert r.entity_bridge(ranked, q, RetrievalSection(entity_bridge_from=1, entity_bridge_max_passages=100),
                            named)[1] == ("uH", 0.9)
     # Off, or nothing close enough to the question: the ranking is left as it was.
-    assert r.entity_bridge(ranked, q, RetrievalWeights(entity_bridge_from=0), named) == ranked
+    assert r.entity_bridge(ranked, q, RetrievalSection(entity_bridge_from=0), named) == ranked
     assert r.entity_bridge(ranked, np.array([0.0, 0.0, 1.0], dtype=np.float32), one, named) == ranked
     # The first passages keep their places; a bridged passage found lower moves up once.
     low = [("uS", 0.9), ("uE", 0.5), ("uX", 0.4), ("uM", 0.1)]
-    assert r.entity_bridge(low, q, RetrievalWeights(entity_bridge_from=2), named) == \
+    assert r.entity_bridge(low, q, RetrievalSection(entity_bridge_from=2), named) == \
         [("uS", 0.9), ("uE", 0.5), ("uM", 0.9), ("uX", 0.4)]
 
 
@@ -339,11 +346,11 @@ def test_rank_hands_the_entities_the_question_names_to_the_entity_bridge():
 
     r = GraphRetriever(_entity_bridge_store())
     question = "What currency did Signmark's country use?"
-    assert r.named_entities(question) == {r.entity_index["signmark"]}  # match_names: Signmark
+    assert r.named_entities(_asked(r, question, None)) == {r.entity_index["signmark"]}  # match_names: Signmark
     seen = []
     follow = r.entity_bridge
     r.entity_bridge = lambda ranked, qv, w, named=frozenset(): seen.append(named) or follow(ranked, qv, w, named)
-    ranked = [u for u, _ in r.rank(question, np.array([0.6, 0.8, 0.0], dtype=np.float32), RetrievalWeights(), 10)]
+    ranked = [u for u, _ in r.rank(_asked(r, question, np.array([0.6, 0.8, 0.0], dtype=np.float32)), RetrievalSection(), 10)]
     assert seen == [{r.entity_index["signmark"]}]
     assert len(ranked) == len(set(ranked))  # no passage twice
 
@@ -373,16 +380,16 @@ def test_hub_seeds_give_way_to_the_passage_scores_and_the_best_passage_is_kept()
     r = GraphRetriever(_hub_store())
     q = np.array([1.0, 0.0, 0.0], dtype=np.float32)
     question = "What did Li Hua say about the party?"
-    old = RetrievalWeights(seed_support=False, keep_dense=0, entity_bridge_from=0)
+    old = RetrievalSection(seed_support=False, keep_dense=0, entity_bridge_from=0)
     # A fixed entity share: the vector seed's four passages take the first places.
-    assert [u for u, _ in r.rank(question, q, old, 5)][0] != "uT"
+    assert [u for u, _ in r.rank(_asked(r, question, q), old, 5)][0] != "uT"
     # Seed support alone: neither seed is supported by the passage scores (the hub's passages
     # are mostly fillers, the party's score low), so the passage scores decide.
-    support_only = RetrievalWeights(keep_dense=0, entity_bridge_from=0)
-    assert [u for u, _ in r.rank(question, q, support_only, 5)][0] == "uT"
+    support_only = RetrievalSection(keep_dense=0, entity_bridge_from=0)
+    assert [u for u, _ in r.rank(_asked(r, question, q), support_only, 5)][0] == "uT"
     # The guarantee's margin is scaled by (1 - trust), trust being the seeds' support: with
     # seed support off the walk is fully trusted and the guarantee moves nothing.
-    guard_only = RetrievalWeights(seed_support=False, entity_bridge_from=0)
-    assert r.rank(question, q, guard_only, 5) == r.rank(question, q, old, 5)
+    guard_only = RetrievalSection(seed_support=False, entity_bridge_from=0)
+    assert r.rank(_asked(r, question, q), guard_only, 5) == r.rank(_asked(r, question, q), old, 5)
     # The defaults: uT first.
-    assert [u for u, _ in r.rank(question, q, RetrievalWeights(), 5)][0] == "uT"
+    assert [u for u, _ in r.rank(_asked(r, question, q), RetrievalSection(), 5)][0] == "uT"

@@ -12,7 +12,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from corpusgraph.config import Config
+from corpusgraph.config import Config, ServeSection
 from corpusgraph.query.engine import METHODS
 from tests.unit.query_fixtures import build_two_domain_index, make_engine
 from tests.unit.test_global import RatingChat
@@ -23,10 +23,10 @@ PUBLIC, ADMIN = "pub-key", "admin-key"
 
 
 def _client(store):
-    from serving import ServiceSettings, create_app
+    from serving import create_app
 
     keys = [{"name": "public", "key": PUBLIC, "domains": ["public"]}, {"name": "admin", "key": ADMIN, "domains": ["*"]}]
-    app = create_app(ServiceSettings(config=Config(), api_keys=keys),
+    app = create_app(Config(serve=ServeSection(api_keys=keys)),
                      engine_factory=lambda _s: make_engine(store, RatingChat({})))
     client = TestClient(app)
     client.__enter__()

@@ -109,7 +109,7 @@ def test_a_500_carries_a_request_id_and_no_trace_or_path(store, caplog):
     class Broken:
         store = None
 
-        def ask(self, question, method="auto", level=None):
+        def ask(self, question, method="auto", level=None, top_k=None, domains=None):
             raise RuntimeError("cannot read /srv/corpus/private/ledger.txt: the text of a private document")
 
     app = create_app(settings(), engine_factory=lambda _s: Broken())
@@ -292,7 +292,7 @@ def test_oversized_headers_are_refused(slow_limits_server):
 
 def test_a_key_file_others_can_read_is_refused_naming_the_path_and_the_fix(tmp_path, capsys):
     from corpusgraph.cli import main
-    from serving.settings import read_key_file
+    from serving.keys import read_key_file
 
     keys = tmp_path / "keys"
     keys.write_text("the-secret-key *\n")

@@ -188,7 +188,7 @@ def test_an_engine_without_a_delta_store_names_no_version(store):
     from serving import create_app
 
     class Plain:  # e.g. a test double: no warehouse, so no version to name
-        def ask(self, question, method="auto", level=None):
+        def ask(self, question, method="auto", level=None, top_k=None, domains=None):
             from corpusgraph.query.answer import Answer
 
             return Answer(question=question, answer="a", method="basic")

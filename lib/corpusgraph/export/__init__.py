@@ -89,12 +89,12 @@ def _describe(m: dict) -> list[str]:
 
 
 def cmd_export(args) -> int:
-    from corpusgraph.cli import _config
+    from corpusgraph.cli_common import config_from_args
 
     if args.warehouse:
         warehouse = args.warehouse
     else:
-        warehouse = _config(args).storage.warehouse
+        warehouse = config_from_args(args).storage.warehouse
     domains = None
     if args.domains is not None:
         domains = [d.strip() for d in args.domains.split(",") if d.strip()]
@@ -105,10 +105,10 @@ def cmd_export(args) -> int:
 
 def register(sub) -> None:
     """Add the `export` subcommand to the CLI's subparsers."""
+    from corpusgraph.cli_common import add_config_options
+
     sp = sub.add_parser("export", help="write the graph as GraphML, Neo4j import CSVs or plain Parquet")
-    sp.add_argument("--conf", default="conf/local.yaml", help="config file (default: conf/local.yaml)")
-    sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config value (repeatable)")
+    add_config_options(sp, "override a config value (repeatable)")
     sp.add_argument("--format", required=True, choices=FORMATS, help="graphml, neo4j or parquet")
     sp.add_argument("--out", required=True, help="folder to write into (created if missing)")
     sp.add_argument("--domains", metavar="A,B",

@@ -1,10 +1,9 @@
 """Seeded hierarchical Leiden over an integer edge list (pure: no Spark, no pandas).
 
-The communities stage collects the entity graph as integer ids (the only corpus-sized collect
-of the pipeline: an int edge list and the ordered ids) and calls `hierarchical_leiden`. The
-result depends only on the graph, the seed and the parameters: edges are direction-normalised,
-merged and sorted before igraph sees them, so the order in which Spark happened to collect them
-does not matter, and golden tests can compare whole community tables, ids included.
+The communities stage collects the entity graph as integer ids (the only corpus-sized thing
+that comes to the driver) and calls `hierarchical_leiden`. The result depends only on the
+graph, the seed and the parameters: edges are direction-normalised, merged and sorted before
+igraph sees them, so the order in which Spark happened to collect them does not matter.
 
 Hierarchy, the way graphrag builds it: level 0 is Leiden over the whole graph; a
 community larger than `max_cluster_size` is split by running Leiden again on its induced

@@ -1,4 +1,4 @@
-"""The LLM layer: one small protocol, one HTTP client, the embedded CPU model (DESIGN.md section 5).
+"""The LLM layer: one small protocol, one HTTP client, the embedded CPU model.
 
 Importing this package starts nothing and opens nothing; httpx is its only non-stdlib import
 beyond numpy (base.py). llama-cpp-python is never imported here: the embedded server runs it

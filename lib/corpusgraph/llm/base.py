@@ -1,4 +1,4 @@
-"""The small LLM protocol every stage and query uses (DESIGN.md section 5).
+"""The small LLM protocol every stage and query uses.
 
 Batch in, batch out: `ChatModel.complete` returns one `ChatResult` per `ChatRequest`, in
 order; a failed request is a result with `error` set, never an exception that loses the batch.

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Sequence
 
 from corpusgraph.llm.base import ChatResult
-from corpusgraph.llm.openai_http import error_message, parse_completion_body
+from corpusgraph.llm.http_common import error_message
+from corpusgraph.llm.openai_http import parse_completion_body
 
 __all__ = ["BatchRecords", "line_outcome", "RETRY_CODES"]
 

@@ -3,11 +3,11 @@ SLOTS_PER_CLIENT of the EndpointPool's slots.
 
 Why sharded: httpcore 1.0's connection pool does work quadratic in its number of connections
 for every request it starts or finishes (`_assign_requests_to_connections`); one client with
-256 connections spent about 25 ms of CPU per request, more than the rest of the request
-path together. A client per SLOTS_PER_CLIENT of the EndpointPool's slots never holds more
-requests than connections and keeps every pool small (about 2.5 ms per request in all, most
-of it httpx's own). A client talks to one endpoint only, so its few connections are never
-closed to make room for another host's.
+hundreds of connections spent more CPU per request than the rest of the request path together.
+A client per SLOTS_PER_CLIENT of the EndpointPool's slots never holds more requests than
+connections and keeps every pool small (the throughput this gives is in
+tests/benchmarks/results/llm_capacity.json). A client talks to one endpoint only, so its few
+connections are never closed to make room for another host's.
 
 Why per loop: httpx connections belong to the event loop that opened them. Batches that
 overlap on one loop (the async Ray actor) share its clients, so connections outlive a batch;

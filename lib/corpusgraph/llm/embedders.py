@@ -24,6 +24,7 @@ def open_embedder(section: EmbeddingSection, cache_dir: str | Path | None) -> Em
         return MiniLMEmbedder(batch_size=section.batch_size, max_tokens=min(section.max_tokens, 512))
     if section.backend == "openai":
         from corpusgraph.llm.cache import ResponseCache
+        from corpusgraph.llm.factory import client_limits
         from corpusgraph.llm.openai_embed import OpenAIEmbedder
 
         cache = ResponseCache(Path(cache_dir) / EMBED_CACHE_FILE) if section.cache and cache_dir else None
@@ -32,13 +33,9 @@ def open_embedder(section: EmbeddingSection, cache_dir: str | Path | None) -> Em
             base_url=section.endpoint_urls(),
             api_key=section.api_key.get_secret_value() if section.api_key else None,
             batch_size=section.batch_size,
-            concurrency=section.concurrency,
-            timeout_s=section.timeout_s,
-            max_retries=section.max_retries,
             cache=cache,
             max_input_chars=section.max_input_chars,
-            max_in_flight_per_endpoint=section.max_in_flight_per_endpoint,
-            tokens_per_minute=section.tokens_per_minute,
+            **client_limits(section),
         )
     raise ValueError(f"unknown embeddings.backend {section.backend!r}")
 

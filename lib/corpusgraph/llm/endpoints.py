@@ -1,4 +1,4 @@
-"""Which endpoint gets the next request, and when it may go (DESIGN.md section 5).
+"""Which endpoint gets the next request, and when it may go.
 
 An `EndpointPool` spreads the requests of one process over one or more OpenAI-compatible
 endpoints (one vLLM server per GPU node, say). Per request it picks the endpoint with the

@@ -7,14 +7,15 @@ row, so a malformed answer costs one unit of work, never the run.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from corpusgraph.config import LLMSection
+from corpusgraph.config import EmbeddingSection, LLMSection
 from corpusgraph.llm.base import ChatModel
 from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.openai_http import OpenAIChatModel
 from corpusgraph.llm.repair import repair_json_object
 
-__all__ = ["open_chat_model", "parse_json_answer"]
+__all__ = ["open_chat_model", "client_limits", "parse_json_answer"]
 
 CACHE_FILE = "llm_cache.sqlite"
 
@@ -37,15 +38,7 @@ def open_chat_model(llm: LLMSection, cache_dir: str | Path, base_url: str | None
     per process (per Ray actor).
     """
     cache = ResponseCache(Path(cache_dir) / CACHE_FILE)
-    common = dict(
-        model=llm.model,
-        concurrency=llm.concurrency,
-        timeout_s=llm.timeout_s,
-        max_retries=llm.max_retries,
-        cache=cache,
-        max_in_flight_per_endpoint=llm.max_in_flight_per_endpoint,
-        tokens_per_minute=llm.tokens_per_minute,
-    )
+    common = dict(model=llm.model, cache=cache, **client_limits(llm))
     if llm.backend == "embedded":
         if not base_url:
             raise ValueError("llm.backend 'embedded' needs the base_url of a running EmbeddedServer")
@@ -69,6 +62,14 @@ def open_chat_model(llm: LLMSection, cache_dir: str | Path, base_url: str | None
 
         return VLLMChatModel(llm.model, cache, engine_args=llm.vllm_engine_args)
     raise ValueError(f"unknown llm.backend {llm.backend!r}")
+
+
+def client_limits(section: LLMSection | EmbeddingSection) -> dict[str, Any]:
+    """The limits and retries an OpenAI-compatible client (chat or embeddings) takes from its
+    config section, as keyword arguments."""
+    return dict(concurrency=section.concurrency, timeout_s=section.timeout_s, max_retries=section.max_retries,
+                max_in_flight_per_endpoint=section.max_in_flight_per_endpoint,
+                tokens_per_minute=section.tokens_per_minute)
 
 
 # -- parsing -------------------------------------------------------------------------------------

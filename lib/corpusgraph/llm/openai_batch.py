@@ -38,8 +38,10 @@ import httpx
 
 from corpusgraph.llm.base import ChatRequest, ChatResult
 from corpusgraph.llm.batch_records import BatchRecords, line_outcome
-from corpusgraph.llm.cache import ResponseCache, cache_key
-from corpusgraph.llm.openai_http import OpenAIChatModel, SchemaStyle, _retry_after, _server_message, request_body
+from corpusgraph.llm.cache import ResponseCache
+from corpusgraph.llm.chat_cache import from_stored, lookup, request_key
+from corpusgraph.llm.http_common import retry_after, server_message
+from corpusgraph.llm.openai_http import SchemaStyle, request_body
 
 __all__ = ["OpenAIBatchChatModel", "BatchRecords", "BatchAPIError", "ENDPOINT"]
 
@@ -125,22 +127,17 @@ class OpenAIBatchChatModel:
 
     # -- what to send ----------------------------------------------------------------------------
     def _key(self, req: ChatRequest) -> str:
-        return cache_key(self.model, req.messages, req.max_tokens, req.temperature, req.json_schema)
+        return request_key(self.model, req)
 
     def _prepare(self, requests: list[ChatRequest], keys: list[str], results: list, register: bool) -> dict:
         """Fill cache hits into `results`; submit what no live batch covers. Returns {key: request}
         of the requests still to be answered."""
-        lookup = [k for k in dict.fromkeys(keys) if k not in self._fresh and k not in self._failed]
-        hits: dict[str, dict] = {}
-        if self.cache is not None and lookup:
-            try:
-                hits = self.cache.get_many(lookup)
-            except Exception:  # a broken cache costs money, not correctness
-                hits = {}
+        unseen = [k for k in dict.fromkeys(keys) if k not in self._fresh and k not in self._failed]
+        hits = lookup(self.cache, unseen)
         wanted: dict[str, ChatRequest] = {}
         for i, (req, key) in enumerate(zip(requests, keys)):
             if key in hits:
-                results[i] = OpenAIChatModel._from_cache(req, hits[key])
+                results[i] = from_stored(req, hits[key])
             else:
                 wanted.setdefault(key, req)
         if register:
@@ -330,10 +327,10 @@ class OpenAIBatchChatModel:
             else:
                 if 200 <= resp.status_code < 300:
                     return resp
-                why = f"HTTP {resp.status_code}: {_server_message(resp)}"
+                why = f"HTTP {resp.status_code}: {server_message(resp)}"
                 if resp.status_code != 429 and resp.status_code < 500:
                     raise BatchAPIError(f"{method} {path}: {why}")
-                wait = _retry_after(resp)
+                wait = retry_after(resp)
             if attempt < tries - 1:
                 time.sleep(min(wait if wait is not None else random.uniform(0, min(30.0, 0.5 * 2**attempt)), 120.0))
         raise BatchAPIError(f"{method} {path}: {why} (gave up after {tries} attempts)", retryable=True)

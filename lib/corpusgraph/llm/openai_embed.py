@@ -24,8 +24,6 @@ import asyncio
 import base64
 import hashlib
 import json
-import random
-import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,9 +33,8 @@ import httpx
 import numpy as np
 
 from corpusgraph.llm.cache import ResponseCache
-from corpusgraph.llm.connections import ClientSet, LoopClients
-from corpusgraph.llm.endpoints import EndpointPool
-from corpusgraph.llm.openai_http import _RETRY_AFTER_CAP_S, _retry_after, _server_message
+from corpusgraph.llm.connections import ClientSet
+from corpusgraph.llm.http_common import EndpointClient, Fatal, Retryable, post, run_blocking
 
 __all__ = ["OpenAIEmbedder", "EmbeddingError", "EmbedOutcome", "embedding_cache_key"]
 
@@ -79,17 +76,7 @@ class EmbedOutcome:
         return sum(1 for e in self.errors if e is not None)
 
 
-class _Retryable(Exception):
-    def __init__(self, reason: str, wait_s: float | None = None, unreachable: bool = False):
-        super().__init__(reason)
-        self.wait_s, self.unreachable = wait_s, unreachable
-
-
-class _Fatal(Exception):
-    pass
-
-
-class OpenAIEmbedder:
+class OpenAIEmbedder(EndpointClient):
     """`Embedder` over one or several OpenAI-compatible endpoints; limits hold per instance
     (per process or Ray actor), as for `OpenAIChatModel`."""
 
@@ -111,22 +98,12 @@ class OpenAIEmbedder:
     ) -> None:
         if batch_size < 1 or concurrency < 1:
             raise ValueError("batch_size and concurrency must be at least 1")
-        urls = [base_url] if isinstance(base_url, str) else list(base_url)
-        self.model = model
-        self.pool = EndpointPool(urls, max_in_flight=concurrency, max_in_flight_per_endpoint=max_in_flight_per_endpoint,
-                                 tokens_per_minute=tokens_per_minute)
-        self.api_key = api_key
+        super().__init__(model, base_url, api_key, concurrency, timeout_s, max_retries, cache,
+                         max_in_flight_per_endpoint, tokens_per_minute, backoff_base_s, backoff_max_s)
         self.batch_size = batch_size
-        self.concurrency = concurrency
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.cache = cache
         self.max_input_chars = max_input_chars
-        self.backoff_base_s = backoff_base_s
-        self.backoff_max_s = backoff_max_s
         self.dim: int | None = None  # fixed by the first answer
         self._dim_lock = threading.Lock()
-        self._http = LoopClients()
 
     def __repr__(self) -> str:  # no key: reprs end up in logs
         return f"OpenAIEmbedder(model={self.model!r}, base_url={self.pool.urls!r}, dim={self.dim})"
@@ -154,18 +131,7 @@ class OpenAIEmbedder:
 
     def embed_many(self, texts: Sequence[str]) -> EmbedOutcome:
         """Blocking; runs its own loop (on a thread of its own when the caller runs one)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.aembed_many(texts))
-        box: list[Any] = []
-        worker = threading.Thread(target=lambda: box.append(_capture(lambda: asyncio.run(self.aembed_many(texts)))))
-        worker.start()
-        worker.join()
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return value
+        return run_blocking(lambda: self.aembed_many(texts), "corpusgraph-embed-batch")
 
     async def aembed_many(self, texts: Sequence[str]) -> EmbedOutcome:
         start = time.monotonic()
@@ -253,10 +219,10 @@ class OpenAIEmbedder:
             try:
                 vectors, used = await self._post(clients.get(lease.url, lease.slot), lease.url, body, len(texts))
                 return vectors, used, None
-            except _Fatal as exc:
+            except Fatal as exc:
                 used = 0
                 return None, 0, str(exc)
-            except _Retryable as exc:
+            except Retryable as exc:
                 reachable = not exc.unreachable
                 if attempt == attempts - 1:
                     return None, 0, f"{exc} (gave up after {attempts} attempts)"
@@ -267,35 +233,21 @@ class OpenAIEmbedder:
                 self.pool.release(lease, used, reachable)
             if not reachable and self.pool.any_healthy():
                 continue
-            delay = (min(max(wait, 0.0), _RETRY_AFTER_CAP_S) if wait is not None
-                     else random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt)))
-            await asyncio.sleep(delay)
+            await asyncio.sleep(self._delay(attempt, wait))
         raise AssertionError("unreachable")
 
     async def _post(self, client: httpx.AsyncClient, url: str, body: dict, n: int) -> tuple[list[np.ndarray], int]:
-        try:
-            resp = await client.post(f"{url}/embeddings", json=body)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise _Retryable(f"connection error: {type(exc).__name__}: {exc}", unreachable=True) from exc
-        except httpx.TimeoutException as exc:
-            raise _Retryable(f"timeout after {self.timeout_s:g}s ({type(exc).__name__})") from exc
-        except httpx.TransportError as exc:
-            raise _Retryable(f"connection error: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code == 429 or resp.status_code >= 500:
-            raise _Retryable(f"HTTP {resp.status_code}: {_server_message(resp)}", _retry_after(resp))
-        if resp.status_code != 200:
-            raise _Fatal(f"HTTP {resp.status_code}: {_server_message(resp)}")
-        return self._parse(resp, n)
+        return self._parse(await post(client, f"{url}/embeddings", body, self.timeout_s), n)
 
     def _parse(self, resp: httpx.Response, n: int) -> tuple[list[np.ndarray], int]:
         try:
             data = resp.json()
         except ValueError:
-            raise _Fatal(f"malformed response body: {resp.text[:200]!r}") from None
+            raise Fatal(f"malformed response body: {resp.text[:200]!r}") from None
         items = data.get("data") if isinstance(data, dict) else None
         if not isinstance(items, list) or len(items) != n:
             got = len(items) if isinstance(items, list) else "no"
-            raise _Fatal(f"expected {n} embeddings in 'data', got {got}")
+            raise Fatal(f"expected {n} embeddings in 'data', got {got}")
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         try:
             tokens = int(usage.get("prompt_tokens") or usage.get("total_tokens") or 0)
@@ -305,16 +257,16 @@ class OpenAIEmbedder:
         for pos, item in enumerate(items):
             idx = item.get("index", pos) if isinstance(item, dict) else None
             if not isinstance(idx, int) or not 0 <= idx < n or ordered[idx] is not None:
-                raise _Fatal(f"embedding {pos} has a bad or repeated index {idx!r}")
+                raise Fatal(f"embedding {pos} has a bad or repeated index {idx!r}")
             ordered[idx] = item.get("embedding")
         out = []
         for idx, raw in enumerate(ordered):
             vec = _as_vector(raw)
             if vec is None:
-                raise _Fatal(f"embedding {idx} is not a list of finite numbers")
+                raise Fatal(f"embedding {idx} is not a list of finite numbers")
             norm = float(np.linalg.norm(vec))
             if norm == 0.0:
-                raise _Fatal(f"embedding {idx} is the zero vector")
+                raise Fatal(f"embedding {idx} is the zero vector")
             out.append(vec / np.float32(norm))
         dims = {v.shape[0] for v in out}
         with self._dim_lock:
@@ -322,14 +274,9 @@ class OpenAIEmbedder:
                 self.dim = dims.pop()
                 dims = {self.dim}
         if dims != {self.dim}:
-            raise _Fatal(f"the endpoint answered {sorted(dims)}-dimensional vectors; earlier answers had {self.dim}")
+            raise Fatal(f"the endpoint answered {sorted(dims)}-dimensional vectors; earlier answers had {self.dim}")
         return out, tokens
 
-    def _new_client(self, max_connections: int, tls: ssl.SSLContext) -> httpx.AsyncClient:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        timeout = httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers, verify=tls)
 
 
 def _as_vector(raw: Any) -> np.ndarray | None:
@@ -357,9 +304,3 @@ def _decode(value: dict | None) -> np.ndarray | None:
         return None
     return _as_vector(value["b64"])
 
-
-def _capture(fn):
-    try:
-        return True, fn()
-    except BaseException as exc:  # surfaced in the caller's thread
-        return False, exc

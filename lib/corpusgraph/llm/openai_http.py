@@ -1,8 +1,9 @@
 """A ChatModel for any OpenAI-compatible chat endpoint (vllm serve, OpenAI, llama.cpp, Ollama).
 
-All retry, backoff and caching policy lives here, in one place (STYLE.md item 8); where each
-attempt goes and when it may go (concurrency, per-endpoint limits, tokens per minute, failover)
-is the EndpointPool's (endpoints.py). Every request of a batch ends as exactly one ChatResult,
+The retry, backoff and caching policy of a chat request lives here and in http_common.py
+(shared with the embeddings client), nowhere else; where each attempt goes and when it may go
+(concurrency, per-endpoint limits, tokens per minute, failover) is the EndpointPool's
+(endpoints.py). Every request of a batch ends as exactly one ChatResult,
 in input order; nothing a single request does (a 400, a hang, a garbage body) raises out of
 `complete`.
 """
@@ -10,29 +11,23 @@ in input order; nothing a single request does (a 400, a hang, a garbage body) ra
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import email.utils
 import json
-import random
-import ssl
-import threading
 import time
 from typing import Any, Callable, Literal, Sequence
 
 import httpx
 
 from corpusgraph.llm.base import ChatRequest, ChatResult, seconds_left
-from corpusgraph.llm.cache import ResponseCache, cache_key
-from corpusgraph.llm.connections import ClientSet, LoopClients
-from corpusgraph.llm.endpoints import EndpointPool, Lease, estimate_tokens
+from corpusgraph.llm.cache import ResponseCache
+from corpusgraph.llm.chat_cache import from_stored, lookup, request_key, stored
+from corpusgraph.llm.connections import ClientSet
+from corpusgraph.llm.endpoints import Lease, estimate_tokens
+from corpusgraph.llm.http_common import EndpointClient, Fatal, Retryable, post, run_blocking
 
 __all__ = ["OpenAIChatModel", "SchemaStyle", "request_body", "parse_completion_body", "response_format"]
 
 SchemaStyle = Literal["openai", "llama_cpp"]
 
-# Never sleep longer than this for one Retry-After, whatever the server asks; a server that
-# wants minutes is better reported as an error than waited on by a whole stage.
-_RETRY_AFTER_CAP_S = 120.0
 _PAST_DEADLINE = "the caller's deadline passed (llm.base.deadline)"
 
 
@@ -41,26 +36,7 @@ async def _within(awaitable, left: float | None):
     return await (awaitable if left is None else asyncio.wait_for(awaitable, max(left, 0.0)))
 
 
-class _Retryable(Exception):
-    """A failure worth another try; `wait_s` is the server's Retry-After when it gave one.
-
-    unreachable: the endpoint could not be connected to (the pool then steers traffic away).
-    used_tokens: what the attempt cost on the server, as EndpointPool.release takes it.
-    """
-
-    def __init__(self, reason: str, wait_s: float | None = None, unreachable: bool = False,
-                 used_tokens: int | None = 0) -> None:
-        super().__init__(reason)
-        self.wait_s = wait_s
-        self.unreachable = unreachable
-        self.used_tokens = used_tokens
-
-
-class _Fatal(Exception):
-    """A failure another try will not fix (a 4xx other than 429)."""
-
-
-class OpenAIChatModel:
+class OpenAIChatModel(EndpointClient):
     """A chat client over one endpoint or several (`base_url` a URL or a list of URLs).
 
     Limits hold per instance, i.e. per process or Ray actor, across every batch and thread
@@ -89,22 +65,11 @@ class OpenAIChatModel:
             raise ValueError(f"schema_style must be 'openai' or 'llama_cpp', not {schema_style!r}")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        urls = [base_url] if isinstance(base_url, str) else list(base_url)
-        self.model = model
-        self.pool = EndpointPool(urls, max_in_flight=concurrency,
-                                 max_in_flight_per_endpoint=max_in_flight_per_endpoint,
-                                 tokens_per_minute=tokens_per_minute)
+        super().__init__(model, base_url, api_key, concurrency, timeout_s, max_retries, cache,
+                         max_in_flight_per_endpoint, tokens_per_minute, backoff_base_s, backoff_max_s)
         self.base_urls = self.pool.urls
         self.base_url = self.base_urls[0]  # the only one, in the common single-endpoint case
-        self.api_key = api_key
-        self.concurrency = concurrency
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.cache = cache
         self.schema_style = schema_style
-        self.backoff_base_s = backoff_base_s
-        self.backoff_max_s = backoff_max_s
-        self._http = LoopClients()
         # Told of every result as it comes (an answer, an error or a cache hit): the Ray runner's
         # progress count (ray_runner._LLMWorker). Never raises into the batch.
         self.on_result: Callable[[], None] | None = None
@@ -120,43 +85,19 @@ class OpenAIChatModel:
         Inside a thread that already runs a loop (an async Ray actor, a notebook) asyncio.run
         would refuse, so the batch then runs on a short-lived thread of its own.
         """
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.acomplete(requests))
-        box: list[list[ChatResult]] = []
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                box.append(asyncio.run(self.acomplete(requests)))
-            except BaseException as exc:  # surfaced below, in the caller's thread
-                failure.append(exc)
-
-        # The caller's context (its deadline) goes with the batch to the thread.
-        worker = threading.Thread(target=contextvars.copy_context().run, args=(run,), name="corpusgraph-llm-batch")
-        worker.start()
-        worker.join()
-        if failure:
-            raise failure[0]
-        return box[0]
+        return run_blocking(lambda: self.acomplete(requests), "corpusgraph-llm-batch")
 
     async def acomplete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """The batch on the caller's loop; overlapping calls share the instance's limits."""
         requests = list(requests)
         keys = [self._key(r) for r in requests]
-        hits: dict[str, dict] = {}
-        if self.cache is not None and requests:
-            try:
-                # SQLite may wait on another process's lock; keep the loop free meanwhile.
-                hits = await asyncio.to_thread(self.cache.get_many, keys)
-            except Exception:  # a broken cache costs money, not correctness
-                hits = {}
+        # SQLite may wait on another process's lock; keep the loop free meanwhile.
+        hits = await asyncio.to_thread(lookup, self.cache, keys) if self.cache is not None and keys else {}
         results: list[ChatResult | None] = [None] * len(requests)
         todo: list[int] = []
         for i, (req, key) in enumerate(zip(requests, keys)):
             if key in hits:
-                results[i] = self._from_cache(req, hits[key])
+                results[i] = from_stored(req, hits[key])
                 self._told()
             else:
                 todo.append(i)
@@ -190,14 +131,8 @@ class OpenAIChatModel:
         result.seconds = time.monotonic() - start
         self._told()
         if result.error is None and self.cache is not None:
-            value = {
-                "text": result.text,
-                "tokens_in": result.tokens_in,
-                "tokens_out": result.tokens_out,
-                "finish_reason": result.finish_reason,
-            }
             try:
-                await asyncio.to_thread(self.cache.put, key, value)
+                await asyncio.to_thread(self.cache.put, key, stored(result))
             except Exception:
                 pass  # the answer is still good; it will just be paid for again next run
         return result
@@ -222,9 +157,9 @@ class OpenAIChatModel:
                                      seconds_left())
             except asyncio.TimeoutError:
                 return ChatResult(id=req.id, text=None, error=f"{_PAST_DEADLINE} {stage}")
-            except _Fatal as exc:
+            except Fatal as exc:
                 return ChatResult(id=req.id, text=None, error=str(exc))
-            except _Retryable as exc:
+            except Retryable as exc:
                 if attempt == attempts - 1:
                     return ChatResult(id=req.id, text=None, error=f"{exc} (gave up after {attempts} attempts)")
                 if exc.unreachable and self.pool.any_healthy():
@@ -233,13 +168,6 @@ class OpenAIChatModel:
                 left = seconds_left()
                 await asyncio.sleep(delay if left is None else max(0.0, min(delay, left)))
         raise AssertionError("unreachable")
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(max(retry_after, 0.0), _RETRY_AFTER_CAP_S)
-        # Full jitter (uniform over the whole exponential window) spreads out the many
-        # requests a rate limit rejected at the same moment.
-        return random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt))
 
     async def _attempt(self, client: httpx.AsyncClient, lease: Lease, req: ChatRequest,
                        body: dict[str, Any]) -> ChatResult:
@@ -251,10 +179,10 @@ class OpenAIChatModel:
             # No usage in the answer: keep the estimate charged rather than guess zero.
             used = (result.tokens_in + result.tokens_out) or None
             return result
-        except _Retryable as exc:
+        except Retryable as exc:
             used, reachable = exc.used_tokens, not exc.unreachable
             raise
-        except _Fatal:
+        except Fatal:
             used = 0  # refused before the model ran
             raise
         finally:
@@ -262,51 +190,16 @@ class OpenAIChatModel:
 
     async def _post(self, client: httpx.AsyncClient, base_url: str, req: ChatRequest,
                     body: dict[str, Any]) -> ChatResult:
-        try:
-            resp = await client.post(f"{base_url}/chat/completions", json=body)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            # Only a failed connect marks the endpoint down: a dropped keep-alive connection
-            # (RemoteProtocolError, ReadError) happens to healthy servers too.
-            raise _Retryable(f"connection error: {type(exc).__name__}: {exc}", unreachable=True) from exc
-        except httpx.TimeoutException as exc:
-            # The server may have run the model before we gave up: its cost is unknown.
-            raise _Retryable(f"timeout after {self.timeout_s:g}s ({type(exc).__name__})",
-                             used_tokens=None) from exc
-        except httpx.TransportError as exc:  # reset, protocol errors
-            raise _Retryable(f"connection error: {type(exc).__name__}: {exc}") from exc
-        status = resp.status_code
-        if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status}: {_server_message(resp)}", _retry_after(resp))
-        if status != 200:
-            raise _Fatal(f"HTTP {status}: {_server_message(resp)}")
+        resp = await post(client, f"{base_url}/chat/completions", body, self.timeout_s)
         return _parse_completion(req.id, resp)
-
-    def _new_client(self, max_connections: int, tls: ssl.SSLContext) -> httpx.AsyncClient:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        # A total budget per attempt; connect gets less so a dead host fails fast.
-        timeout = httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s))
-        return httpx.AsyncClient(limits=limits, timeout=timeout, headers=self._headers(), verify=tls)
 
     # -- building --------------------------------------------------------------------------------
     def _key(self, req: ChatRequest) -> str:
-        return cache_key(self.model, req.messages, req.max_tokens, req.temperature, req.json_schema)
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return request_key(self.model, req)
 
     def _body(self, req: ChatRequest) -> dict[str, Any]:
         return request_body(self.model, req, self.schema_style)
 
-    @staticmethod
-    def _from_cache(req: ChatRequest, value: dict) -> ChatResult:
-        return ChatResult(
-            id=req.id,
-            text=value.get("text"),
-            tokens_in=int(value.get("tokens_in") or 0),
-            tokens_out=int(value.get("tokens_out") or 0),
-            cached=True,
-            finish_reason=value.get("finish_reason"),
-        )
 
 
 def request_body(model: str, req: ChatRequest, style: SchemaStyle = "openai") -> dict[str, Any]:
@@ -370,48 +263,3 @@ def _int(value: Any) -> int:
         return int(value)
     except (TypeError, ValueError):
         return 0
-
-
-def _server_message(resp: httpx.Response) -> str:
-    """The server's own words: OpenAI's {"error": {"message"}}, FastAPI's {"detail"}, or raw text."""
-    try:
-        data = resp.json()
-    except ValueError:
-        return resp.text.strip()[:300] or resp.reason_phrase
-    return error_message(data)
-
-
-def error_message(data: Any) -> str:
-    """The message of an error body already parsed: OpenAI's {"error": {"message"}} or {"error": "..."},
-    FastAPI's {"detail"}, else the body as text; at most 300 characters."""
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:300]
-        if isinstance(err, str):
-            return err[:300]
-        if "detail" in data:
-            return str(data["detail"])[:300]
-    return str(data)[:300]
-
-
-def _retry_after(resp: httpx.Response) -> float | None:
-    """Seconds from Retry-After (seconds or an HTTP date) or OpenAI's retry-after-ms."""
-    ms = resp.headers.get("retry-after-ms")
-    if ms:
-        try:
-            return float(ms) / 1000.0
-        except ValueError:
-            pass
-    value = resp.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())

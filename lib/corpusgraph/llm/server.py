@@ -2,11 +2,11 @@
 
 The driver starts one server process; Ray actors and the query service reach it over HTTP at
 `base_url`, exactly as they would reach vLLM or OpenAI, so the embedded default exercises the
-same client code as a real deployment (DESIGN.md section 5).
+same client code as a real deployment.
 
 llama-cpp-python's server runs one completion at a time (a global lock in its app.py), so a
-second request in flight only queues there: measured on 2 shared cores, 4 requests took the
-same time with 1 or 2 in flight. A queued request's wait counts against the client's timeout.
+second request in flight only queues there and gains nothing. A queued request's wait counts
+against the client's timeout.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ class EmbeddedServer:
     n_threads: threads for generation and for prompt processing (llama.cpp's n_threads and
     n_threads_batch); None means half the usable cores, at least 1. llama.cpp's threads
     spin while they wait for each other, so when the cores are shared (Spark, Ray, another
-    job) every extra thread hurts: on 2 busy cores, 1/1 threads answered a 458-token prompt
-    with 200 schema-constrained tokens in 10-12 s, llama-cpp-python's default 1/2 in 16-19 s,
-    and 2/2 in 13 s to 268 s.
+    job) every extra thread hurts: on busy shared cores one thread for each answered an
+    extraction request faster than llama-cpp-python's default (one and two), and two for each
+    was at times many times slower.
     """
 
     def __init__(

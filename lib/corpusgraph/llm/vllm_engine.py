@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from corpusgraph.llm.base import ChatRequest, ChatResult
-from corpusgraph.llm.cache import ResponseCache, cache_key
+from corpusgraph.llm.cache import ResponseCache
+from corpusgraph.llm.chat_cache import from_stored, lookup, request_key, stored
 
 __all__ = ["EngineParams", "VLLMChatModel", "VLLMUnavailable", "engine_params", "result_from_output"]
 
@@ -119,25 +120,17 @@ class VLLMChatModel:
         return f"VLLMChatModel(model={self.model!r})"
 
     def _key(self, req: ChatRequest) -> str:
-        return cache_key(self.model, req.messages, req.max_tokens, req.temperature, req.json_schema)
+        return request_key(self.model, req)
 
     def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         requests = list(requests)
         keys = [self._key(r) for r in requests]
-        hits: dict[str, dict] = {}
-        if self.cache is not None and requests:
-            try:
-                hits = self.cache.get_many(keys)
-            except Exception:  # a broken cache costs money, not correctness
-                hits = {}
+        hits = lookup(self.cache, keys)
         results: list[ChatResult | None] = [None] * len(requests)
         todo = []
         for i, (req, key) in enumerate(zip(requests, keys)):
             if key in hits:
-                v = hits[key]
-                results[i] = ChatResult(id=req.id, text=v.get("text"), tokens_in=int(v.get("tokens_in") or 0),
-                                        tokens_out=int(v.get("tokens_out") or 0), cached=True,
-                                        finish_reason=v.get("finish_reason"))
+                results[i] = from_stored(req, hits[key])
             else:
                 todo.append(i)
         if todo:
@@ -145,8 +138,7 @@ class VLLMChatModel:
                 results[i] = res
                 if res.error is None and self.cache is not None:
                     try:
-                        self.cache.put(keys[i], {"text": res.text, "tokens_in": res.tokens_in,
-                                                 "tokens_out": res.tokens_out, "finish_reason": res.finish_reason})
+                        self.cache.put(keys[i], stored(res))
                     except Exception:
                         pass  # the answer is still good; it will just be paid for again next run
         return results  # type: ignore[return-value]

@@ -1,4 +1,4 @@
-"""Query side: basic, local and global search over a built index (DESIGN.md section 6).
+"""Query side: basic, local, global and DRIFT search over a built index.
 
 Names resolve on first use, so `import corpusgraph.query` loads neither FAISS nor delta-rs;
 the service and the CLI pay for those only when they open an index.

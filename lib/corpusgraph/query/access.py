@@ -19,27 +19,26 @@ domains, because a merged description or a community report may quote any of its
 - vector search: the shared FAISS index, asked for more hits than wanted and filtered to the
   view, asking for more until k visible hits are found or the index is exhausted.
 
-A view is an `IndexStore` (same attributes, lookups and methods), so basic, local, global and
-drift search run on it unchanged. `IndexStore.restricted(domains)` builds one per domain set and
-keeps it; rows are shared with the full store, only the id maps are new.
+A view is an `IndexStore` (store.py's RestrictedStore: same attributes, lookups and methods), so
+basic, local, global and drift search run on it unchanged. `IndexStore.restricted(domains)` builds
+one per domain set with `select_view` and keeps it; rows are shared with the full store, only the
+id maps are new.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
-from typing import Collection, Container, Iterable, Mapping
+from typing import TYPE_CHECKING, Collection, Container, Iterable, Mapping
 
 import numpy as np
 
-from corpusgraph.query.store import IndexStore, report_shown
+if TYPE_CHECKING:  # the store builds its views with these rules
+    from corpusgraph.query.store import IndexStore
 
 __all__ = [
-    "RestrictedStore", "VisibleVectors", "restrict", "domain_view_id", "entity_visible", "relationship_visible",
-    "claim_visible", "community_visible", "report_shown", "one_domain", "parent_in_view", "partial_view_community",
+    "VisibleVectors", "select_view", "domain_view_id", "entity_visible", "relationship_visible", "claim_visible",
+    "community_visible", "one_domain", "parent_in_view", "partial_view_community",
 ]
-
-log = logging.getLogger(__name__)
 
 # First fetch is this many times k; each refill fetches this many times more.
 _OVERFETCH = 4
@@ -85,43 +84,6 @@ class VisibleVectors:
             if fetch >= total or all(len(row) >= min(k, self._count) for row in rows):
                 return rows
             fetch = min(fetch * _OVERFETCH, total)
-
-
-class RestrictedStore(IndexStore):
-    """The rows of `base` that only `domains` contributed to; built by `restrict`."""
-
-    def __init__(self, base: IndexStore, domains: frozenset[str]):  # no super().__init__: it reads tables
-        self.base = base
-        self.domains = domains
-        self.warehouse = base.warehouse
-        self.index_dir = base.index_dir
-        self._vectors = {}
-        _select(self, base, domains)
-        self._build_lookups()
-
-    def vectors(self, kind: str):
-        if kind not in self._vectors:
-            visible = {
-                "text_unit": self.units,
-                "entity": self.entities,
-                "relationship": self.relationships,
-                "claim": self.claims,
-                "community": self.communities,
-                "community_report": self.reports,
-                "document": self.docs,
-            }.get(kind)
-            if visible is None:  # a kind this module does not know: show none of it
-                log.warning("vector kind %r has no access rule; a restricted view returns no hits", kind)
-                visible = {}
-            self._vectors[kind] = VisibleVectors(self.base.vectors(kind), visible)
-        return self._vectors[kind]
-
-    def restricted(self, domains: Iterable[str] | None) -> IndexStore:
-        # Narrow from the full store, so the cache holds one view per set however it was reached.
-        return self if domains is None else self.base.restricted(self.domains & frozenset(domains))
-
-    def __repr__(self) -> str:
-        return f"RestrictedStore({sorted(self.domains)}: " + super().__repr__().split(": ", 1)[1]
 
 
 def _all_in(ids: Iterable[str] | None, allowed: Collection[str]) -> bool:
@@ -187,7 +149,7 @@ def partial_view_community(com: Mapping, domain: str, parent: str | None, entiti
     }
 
 
-def _select(view: RestrictedStore, base: IndexStore, domains: frozenset[str]) -> None:
+def select_view(view: IndexStore, base: IndexStore, domains: frozenset[str]) -> None:
     """Fill the view's tables from base by the rules in the module docstring."""
     allowed_units = {u for u, d in base.unit_domain.items() if d in domains}
     view.unit_domain = {u: base.unit_domain[u] for u in allowed_units}
@@ -235,10 +197,3 @@ def domain_view_id(community_id: str, domain: str) -> str:
     """The id a restricted view gives one domain's report of a community it sees only in part: a
     hash, so the id says nothing about the community (nor its other domains) beyond the report."""
     return "cd_" + hashlib.sha256(f"{community_id}\x1f{domain}".encode()).hexdigest()[:16]
-
-
-def restrict(store: IndexStore, domains: Iterable[str]) -> RestrictedStore:
-    """The view of `store` for a caller allowed `domains` (uncached; use store.restricted)."""
-    base = store.base if isinstance(store, RestrictedStore) else store
-    allowed = frozenset(domains) if not isinstance(store, RestrictedStore) else store.domains & frozenset(domains)
-    return RestrictedStore(base, allowed)

@@ -2,8 +2,8 @@
 
 Exact (`IndexFlatIP`) up to a size, approximate above it: IVF-flat by default (k-means
 trained on a seeded sample, then every vector assigned to its nearest list), or HNSW when asked
-(STACK.md measured HNSW's build at about 125 s for 200k x 384 on 2 cores; IVF trains on a
-sample and assigns in one matrix product, seconds at that size). The search-time setting
+(HNSW links every vector into its graph one at a time and builds far slower; IVF trains on a
+sample and assigns in one matrix product). The search-time setting
 (IVF `nprobe`, HNSW `efSearch`) is either the configured one or the smallest power of two whose
 recall@10 against exact search, measured on a seeded sample of the stored vectors used as
 queries, reaches the target. What was chosen and measured is returned for the meta file, so

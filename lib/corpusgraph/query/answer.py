@@ -1,16 +1,17 @@
 """What every query method returns, and the small helpers they share.
 
 An `Answer` carries the method used, the citations down to text units and documents, and the
-token cost of every LLM call behind it (DESIGN.md section 6). The helpers are pure (prompt
-filling, packing text under a token budget, ordering citations by the tags a model cited) except
-`ask_once`, the one-request call that basic, local and the global reduce share.
+token cost of every LLM call behind it. The helpers are pure (prompt filling, packing text under
+a token budget, ordering citations by the tags a model cited) except `ask_once`, the one-request
+call that basic, local and the global reduce share, and `answer_over_context`, basic and local
+search's last step.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult
 from corpusgraph.prompts import render
@@ -28,6 +29,7 @@ __all__ = [
     "unique_ordered",
     "citations_for",
     "ask_once",
+    "answer_over_context",
     "MIN_PARTIAL_TOKENS",
 ]
 
@@ -163,3 +165,13 @@ def ask_once(chat: ChatModel, request_id: str, prompt: str, max_tokens: int) -> 
     if len(results) != 1:  # the protocol promises one result per request; say so if broken
         return ChatResult(id=request_id, text=None, error=f"model returned {len(results)} results for 1 request")
     return results[0]
+
+
+def answer_over_context(chat: ChatModel, method: str, question: str, context: str, prompt: str, max_tokens: int,
+                        store: Any, cite: Callable[[str | None], Sequence[str]], **fields: Any) -> Answer:
+    """One call over a context, the answer citing the units `cite` finds behind the model's text
+    (its tags first, then the context's other units, as the method orders them)."""
+    result = ask_once(chat, method, fill_prompt(prompt, context=context, question=question), max_tokens)
+    return Answer(question=question, answer=(result.text or "").strip(), method=method,
+                  citations=citations_for(cite(result.text), store.units, store.docs), error=result.error,
+                  **fields)

@@ -1,4 +1,4 @@
-"""Basic search: the text units nearest the question, one LLM call (DESIGN.md section 6).
+"""Basic search: the text units nearest the question, one LLM call.
 
 For single-fact lookups. Units are tagged [U1], [U2], ... in the context so the model can cite
 them; the answer's citations are the units in the context, those the model cited first.
@@ -12,17 +12,9 @@ import numpy as np
 
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel
-from corpusgraph.query.answer import (
-    Answer,
-    ask_once,
-    cited_tags,
-    citations_for,
-    fill_prompt,
-    fit_budget,
-    unique_ordered,
-    pack_blocks,
-)
+from corpusgraph.query.answer import Answer, answer_over_context, cited_tags, fit_budget, pack_blocks, unique_ordered
 from corpusgraph.query.coverage import context_coverage
+from corpusgraph.query.question import Question
 from corpusgraph.query.store import IndexStore
 from corpusgraph.tokens import count_tokens
 
@@ -69,26 +61,16 @@ def basic_coverage(store: IndexStore, ctx: BasicContext, section: QuerySection) 
             **context_coverage(store, ctx.unit_ids, ctx.tokens, section.max_context_tokens)}
 
 
-def basic_search(
-    store: IndexStore,
-    chat: ChatModel,
-    question: str,
-    question_vector: np.ndarray,
-    section: QuerySection,
-    prompt: str,
-) -> Answer:
-    ctx = build_basic_context(store, question_vector, section)
+def basic_search(store: IndexStore, chat: ChatModel, question: Question, section: QuerySection,
+                 prompt: str) -> Answer:
+    ctx = build_basic_context(store, question.vector, section)
     coverage = basic_coverage(store, ctx, section)
     if not ctx.unit_ids:
-        return Answer(question=question, answer=NO_CONTEXT_ANSWER, method="basic", coverage=coverage)
-    result = ask_once(chat, "basic", fill_prompt(prompt, context=ctx.text, question=question), section.max_tokens)
-    cited = [ctx.unit_ids[n - 1] for n in cited_tags(result.text, "U") if 0 < n <= len(ctx.unit_ids)]
-    return Answer(
-        question=question,
-        answer=(result.text or "").strip(),
-        method="basic",
-        citations=citations_for(unique_ordered(cited, ctx.unit_ids), store.units, store.docs),
-        context_tokens=ctx.tokens,
-        error=result.error,
-        coverage=coverage,
-    )
+        return Answer(question=question.text, answer=NO_CONTEXT_ANSWER, method="basic", coverage=coverage)
+
+    def cite(text: str | None) -> list[str]:
+        tagged = [ctx.unit_ids[n - 1] for n in cited_tags(text, "U") if 0 < n <= len(ctx.unit_ids)]
+        return unique_ordered(tagged, ctx.unit_ids)
+
+    return answer_over_context(chat, "basic", question.text, ctx.text, prompt, section.max_tokens, store, cite,
+                               context_tokens=ctx.tokens, coverage=coverage)

@@ -43,10 +43,11 @@ def _share(part: int, whole: int) -> float:
 
 def community_units(store: IndexStore, community_id: str) -> set[str]:
     """Units of the store under a community: its `unit_ids`, else its member entities' units."""
-    com = store.communities.get(community_id) or {}
-    unit_ids = com.get("unit_ids") or [
-        u for e in com.get("entity_ids") or () for u in (store.entities.get(e) or {}).get("unit_ids") or ()
-    ]
+    com = store.communities.get(community_id)
+    if com is None:
+        return set()
+    unit_ids = com["unit_ids"] or [u for e in com["entity_ids"] if e in store.entities
+                                   for u in store.entities[e]["unit_ids"]]
     return {u for u in unit_ids if u in store.units}
 
 

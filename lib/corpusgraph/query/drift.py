@@ -30,6 +30,7 @@ from corpusgraph.query.answer import Answer, ask_once, cited_tags, citations_for
 from corpusgraph.query.global_search import report_block
 from corpusgraph.query.coverage import context_coverage, seed_facts
 from corpusgraph.query.local import HOPS, build_local_context, select_seeds
+from corpusgraph.query.question import Question, parse_question
 from corpusgraph.query.store import IndexMissingError, IndexStore
 from corpusgraph.tokens import count_tokens
 
@@ -64,9 +65,9 @@ def parse_step(text: str | None, max_follow_ups: int) -> tuple[str, list[str]] |
     return obj["answer"].strip(), follow[:max_follow_ups]
 
 
-def primer_reports(store: IndexStore, question_vector: np.ndarray, question: str, k: int) -> tuple[list[str], str]:
+def primer_reports(store: IndexStore, question: Question, k: int) -> tuple[list[str], str]:
     """(community ids, how they were found): the k reports nearest the question."""
-    query = np.asarray(question_vector, dtype=np.float32).reshape(1, -1)
+    query = np.asarray(question.vector, dtype=np.float32).reshape(1, -1)
     try:
         index = store.vectors("community_report")
     except IndexMissingError:
@@ -78,18 +79,18 @@ def primer_reports(store: IndexStore, question_vector: np.ndarray, question: str
         # A restricted view's per-domain reports (access.py) have no vectors: the entities' own
         # communities share the primer with the nearest reports, so they can reach it.
         if ids and getattr(store, "partial_communities", None):
-            near = _by_entities(store, question_vector, question, k)
+            near = _by_entities(store, question, k)
             ids = unique_ordered(ids[: (k + 1) // 2], near + ids, limit=k)
         if ids:
             return ids, "report_vectors"
     # No report vectors: the communities of the question's entities, by how many it touches.
-    return _by_entities(store, question_vector, question, k), "entity_communities"
+    return _by_entities(store, question, k), "entity_communities"
 
 
-def _by_entities(store: IndexStore, question_vector: np.ndarray, question: str, k: int) -> list[str]:
-    seeds = select_seeds(store, question_vector, question, max(k, 5))
+def _by_entities(store: IndexStore, question: Question, k: int) -> list[str]:
+    seeds = select_seeds(store, question, max(k, 5))
     count: Counter[str] = Counter(c for e in seeds for c in store.entity_communities.get(e, ()) if c in store.reports)
-    ranked = sorted(count, key=lambda c: (-count[c], -float(store.reports[c].get("rating") or 0.0), c))
+    ranked = sorted(count, key=lambda c: (-count[c], -store.reports[c]["rating"], c))
     return ranked[:k]
 
 
@@ -101,7 +102,7 @@ def drift_coverage(store: IndexStore, primer_ids: list[str], primer_tokens: int,
     seeds: dict[str, dict] = {}
     units: list[str] = []
     for q, ctx in contexts:
-        for seed in seed_facts(store, ctx.seed_ids, store.match_names(q)):
+        for seed in seed_facts(store, ctx.seed_ids, q.named):
             seeds.setdefault(seed["entity_id"], seed)
         units.extend(ctx.unit_ids)
     tokens = primer_tokens + sum(ctx.tokens for _, ctx in contexts)
@@ -111,26 +112,26 @@ def drift_coverage(store: IndexStore, primer_ids: list[str], primer_tokens: int,
 
 
 def _step_request(request_id: str, prompt: str, context: str, question: str, section: QuerySection) -> ChatRequest:
-    text = fill_prompt(prompt, context=context, question=question, max_follow_ups=section.drift_breadth)
+    text = fill_prompt(prompt, context=context, question=question, max_follow_ups=section.drift.breadth)
     return ChatRequest(id=request_id, messages=({"role": "user", "content": text},), max_tokens=section.max_tokens,
-                       json_schema=drift_schema(section.drift_breadth))
+                       json_schema=drift_schema(section.drift.breadth))
 
 
 def drift_search(
     store: IndexStore,
     chat: ChatModel,
     embedder: Embedder,
-    question: str,
-    question_vector: np.ndarray,
+    parsed_question: Question,
     section: QuerySection,
     drift_prompt: str,
     reduce_prompt: str,
 ) -> Answer:
+    question = parsed_question.text
     budget = section.max_context_tokens
-    primer_ids, source = primer_reports(store, question_vector, question, section.drift_primer_reports)
+    primer_ids, source = primer_reports(store, parsed_question, section.drift.primer_reports)
     details: dict = {"primer_reports": len(primer_ids), "primer_source": source, "follow_ups": [],
                      "rounds": 0, "failed_steps": 0}
-    contexts: list[tuple[str, object]] = []  # (question, LocalContext) of every follow-up
+    contexts: list[tuple[Question, object]] = []  # (question, LocalContext) of every follow-up
     if not primer_ids:
         return Answer(question=question, answer="", method="drift", details=details,
                       coverage=drift_coverage(store, primer_ids, 0, contexts, section),
@@ -144,7 +145,7 @@ def drift_search(
     shown: list[str] = []  # units the follow-up contexts held
     asked: set[str] = set()  # follow-ups already answered, casefolded
     primer = chat.complete([_step_request("drift-primer", drift_prompt, primer_context, question, section)])
-    step = parse_step(primer[0].text, section.drift_breadth) if primer and not primer[0].error else None
+    step = parse_step(primer[0].text, section.drift.breadth) if primer and not primer[0].error else None
     if step is None:
         details["failed_steps"] += 1
         follow_ups = [question]  # no primer: the question itself is the one follow-up
@@ -152,43 +153,44 @@ def drift_search(
         findings.append(step[0])
         follow_ups = step[1] or [question]
 
-    for depth in range(section.drift_depth):
+    for depth in range(section.drift.depth):
         fresh: dict[str, str] = {}  # new questions only, each once (casefolded), in order
         for q in follow_ups:
             if q.casefold() not in asked:
                 fresh.setdefault(q.casefold(), q)
-        follow_ups = list(fresh.values())[: section.drift_breadth]
+        follow_ups = list(fresh.values())[: section.drift.breadth]
         if not follow_ups:
             break
         details["rounds"] += 1
         details["follow_ups"].extend(follow_ups)
         asked.update(q.casefold() for q in follow_ups)
-        vectors = embedder.embed(follow_ups)
-        built = [build_local_context(store, v, q, section) for q, v in zip(follow_ups, vectors)]
+        titles = store.retriever().titles
+        parsed = [parse_question(store, q, v, titles=titles) for q, v in zip(follow_ups, embedder.embed(follow_ups))]
+        built = [build_local_context(store, q, section) for q in parsed]
         requests = [
-            _step_request(f"drift-{depth}-{i}", drift_prompt, ctx.text, q, section)
-            for i, (q, ctx) in enumerate(zip(follow_ups, built))
+            _step_request(f"drift-{depth}-{i}", drift_prompt, ctx.text, q.text, section)
+            for i, (q, ctx) in enumerate(zip(parsed, built))
             if ctx.text.strip()
         ]
-        kept = [(q, ctx) for q, ctx in zip(follow_ups, built) if ctx.text.strip()]
+        kept = [(q, ctx) for q, ctx in zip(parsed, built) if ctx.text.strip()]
         contexts.extend(kept)
         results = chat.complete(requests) if requests else []  # one batch: concurrent
         next_round: list[str] = []
         for (q, ctx), result in zip(kept, results):
             context_tokens += ctx.tokens
             shown.extend(ctx.unit_ids)
-            parsed = None if result.error else parse_step(result.text, section.drift_breadth)
+            parsed = None if result.error else parse_step(result.text, section.drift.breadth)
             if parsed is None:
                 details["failed_steps"] += 1
                 continue
             answer, more = parsed
-            findings.append(f"{q} {answer}")
+            findings.append(f"{q.text} {answer}")
             cited.extend(ctx.unit_ids[n - 1] for n in cited_tags(answer, "U") if 0 < n <= len(ctx.unit_ids))
             next_round.extend(more)
         details["failed_steps"] += max(len(requests) - len(results), 0)
         follow_ups = next_round
 
-    primer_units = [u for c in primer_ids for u in (store.communities.get(c) or {}).get("unit_ids") or ()]
+    primer_units = [u for c in primer_ids if c in store.communities for u in store.communities[c]["unit_ids"]]
     unit_ids = [u for u in unique_ordered(cited, shown + primer_units) if u in store.units][:MAX_CITED_UNITS]
     coverage = drift_coverage(store, primer_ids, count_tokens(primer_context), contexts, section)
     if not findings:

@@ -13,18 +13,18 @@ import logging
 import re
 from dataclasses import replace
 from pathlib import Path
-
-from corpusgraph.prompts import load_prompt
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult, Embedder
+from corpusgraph.prompts import load_prompt
 from corpusgraph.query.answer import Answer
 from corpusgraph.query.basic import basic_search
 from corpusgraph.query.coverage import view_facts
 from corpusgraph.query.drift import drift_search
 from corpusgraph.query.global_search import global_search
 from corpusgraph.query.local import local_search
+from corpusgraph.query.question import parse_question
 from corpusgraph.query.store import IndexStore
 
 __all__ = ["QueryEngine", "route", "METHODS", "MAX_QUESTION_CHARS"]
@@ -53,13 +53,14 @@ _EXPLAIN = re.compile(
 )
 
 
-def route(store: IndexStore, question: str) -> tuple[str, str]:
-    """(method, reason) for a question, by wording and by entity names the index knows."""
+def route(store: IndexStore, question: str, named: Sequence[str] | None = None) -> tuple[str, str]:
+    """(method, reason) for a question, by wording and by entity names the index knows (`named`:
+    the entity ids the question names, when already matched)."""
     text = question.casefold()
     cue = _CORPUS_WIDE.search(text)
     strong = _STRONG.search(text)
-    named = store.match_names(question)
-    names = ", ".join((store.entities[e].get("title") or e) for e in named[:3])
+    named = store.match_names(question) if named is None else named
+    names = ", ".join((store.entities[e]["title"] or e) for e in named[:3])
     if cue and (not named or strong):
         why = f"corpus-wide wording ({(strong or cue).group(0).strip()!r})"
         return "global", why + (f" outweighs named entities ({names})" if named else "")
@@ -116,10 +117,10 @@ class QueryEngine:
         prompts_dir = Path(prompts_dir)
         # Read once, here, so a missing prompt fails at start-up rather than on the first question.
         self.prompt_answer = _load_prompt(prompts_dir, section.prompt_answer)
-        self.prompt_map = _load_prompt(prompts_dir, section.prompt_map)
-        self.prompt_reduce = _load_prompt(prompts_dir, section.prompt_reduce)
-        self.prompt_rate = _load_prompt(prompts_dir, section.prompt_rate)
-        self.prompt_drift = _load_prompt(prompts_dir, section.prompt_drift)
+        self.prompt_map = _load_prompt(prompts_dir, section.global_.prompt_map)
+        self.prompt_reduce = _load_prompt(prompts_dir, section.global_.prompt_reduce)
+        self.prompt_rate = _load_prompt(prompts_dir, section.global_.prompt_rate)
+        self.prompt_drift = _load_prompt(prompts_dir, section.drift.prompt)
         index_model = getattr(store.vectors("text_unit"), "model", None)
         if index_model and index_model != embedder.model:
             log.warning("vector index was built with %r but the embedder is %r", index_model, embedder.model)
@@ -134,39 +135,50 @@ class QueryEngine:
         scoped.store = store
         return scoped
 
-    def ask(self, question: str, method: str = "auto", level: int | None = None) -> Answer:
+    def ask(self, question: str, method: str = "auto", level: int | None = None, top_k: int | None = None,
+            domains: Iterable[str] | None = None) -> Answer:
+        """The answer to one question. top_k: text units (basic) or seed entities (local) for this
+        question only; domains: answer only from what documents of those access domains built
+        (the store's restricted view, access.py); None: the engine's defaults."""
         question = _check_question(question)
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
         if level is not None and (isinstance(level, bool) or not isinstance(level, int) or level < 0):
             raise ValueError(f"level must be a non-negative integer, got {level!r}")
+        section = _with_top_k(self.section, top_k)
+        store = self.store.restricted(domains)
+        # The question's names are matched once, here, and handed on with its vector (basic and
+        # global search read none).
+        named = store.match_names(question) if method in ("auto", "local", "drift") else ()
         reason = None
         if method == "auto":
-            method, reason = route(self.store, question)
+            method, reason = route(store, question, named)
 
         meter = _MeteredChat(self.chat)
         if method == "global":
             answer = global_search(
-                self.store, meter, question, self.section, self.prompt_map, self.prompt_reduce, level,
+                store, meter, question, section, self.prompt_map, self.prompt_reduce, level,
                 rate_prompt=self.prompt_rate,
             )
-        elif method == "drift":
-            vector = self.embedder.embed([question])[0]
-            answer = drift_search(self.store, meter, self.embedder, question, vector, self.section,
-                                  self.prompt_drift, self.prompt_reduce)
         else:
-            vector = self.embedder.embed([question])[0]
-            search = basic_search if method == "basic" else local_search
-            answer = search(self.store, meter, question, vector, self.section, self.prompt_answer)
-        return self._with_cost(answer, meter.results, reason)
+            # Titles matter to local ranking alone (DRIFT parses its follow-ups, the local part).
+            titles = store.retriever().titles if method == "local" else None
+            parsed = parse_question(store, question, self.embedder.embed([question])[0], named=named, titles=titles)
+            if method == "drift":
+                answer = drift_search(store, meter, self.embedder, parsed, section, self.prompt_drift,
+                                      self.prompt_reduce)
+            else:
+                search = basic_search if method == "basic" else local_search
+                answer = search(store, meter, parsed, section, self.prompt_answer)
+        return self._with_cost(answer, meter.results, reason, store)
 
-    def _with_cost(self, answer: Answer, results: list[ChatResult], reason: str | None) -> Answer:
+    def _with_cost(self, answer: Answer, results: list[ChatResult], reason: str | None, store: IndexStore) -> Answer:
         # Tokens count every call, cached or not: they measure the answer's size. Dollars count
         # only calls a server was paid for; a cache hit cost nothing this time.
         paid = [r for r in results if not r.cached]
         usd = sum(r.tokens_in / 1000 * self.usd_per_1k_in + r.tokens_out / 1000 * self.usd_per_1k_out for r in paid)
         # Every answer says how much of the index it read (coverage.py), and within which view.
-        coverage = {"method": answer.method, **answer.coverage, "view": view_facts(self.store)}
+        coverage = {"method": answer.method, **answer.coverage, "view": view_facts(store)}
         return replace(
             answer,
             coverage=coverage,
@@ -176,6 +188,13 @@ class QueryEngine:
             llm_calls=len(results),
             route_reason=reason,
         )
+
+
+def _with_top_k(section: QuerySection, top_k: int | None) -> QuerySection:
+    if top_k is None:
+        return section
+    # Validated as a config value would be, so a top_k the section refuses is refused here too.
+    return section.model_validate({**section.model_dump(), "top_k_units": top_k, "top_k_entities": top_k})
 
 
 def _check_question(question: object) -> str:

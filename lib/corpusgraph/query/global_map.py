@@ -88,8 +88,8 @@ def parse_rating(text: str | None) -> int | None:
 def report_text(store: IndexStore, community_id: str) -> str:
     """A report as the model reads it: title, summary, then one line per finding."""
     rep = store.reports[community_id]
-    lines = [rep.get("title") or community_id, (rep.get("summary") or "").strip()]
-    for finding in rep.get("findings") or []:
+    lines = [rep["title"] or community_id, (rep["summary"] or "").strip()]
+    for finding in rep["findings"]:
         if finding and finding.get("summary"):
             explanation = (finding.get("explanation") or "").strip()
             lines.append(f"- {finding['summary']}" + (f": {explanation}" if explanation else ""))

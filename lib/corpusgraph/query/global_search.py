@@ -28,7 +28,7 @@ from collections import Counter
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel
 from corpusgraph.query.answer import Answer, ask_once, citations_for, fill_prompt, fit_budget, pack_blocks
-from corpusgraph.query.coverage import global_coverage
+from corpusgraph.query.coverage import community_units, global_coverage
 from corpusgraph.query.global_map import (
     MAX_POINTS,
     MapRead,
@@ -87,13 +87,7 @@ def _cited_units(store: IndexStore, points: list[Point]) -> list[str]:
     weight: Counter[str] = Counter()
     order: dict[str, int] = {}
     for point in points:
-        units: set[str] = set()
-        for cid in point.community_ids:
-            com = store.communities.get(cid) or {}
-            unit_ids = com.get("unit_ids") or [
-                u for e in com.get("entity_ids") or () for u in (store.entities.get(e) or {}).get("unit_ids") or ()
-            ]
-            units.update(u for u in unit_ids if u in store.units)
+        units = {u for cid in point.community_ids for u in community_units(store, cid)}
         for u in sorted(units):
             backing[u] += 1
             weight[u] += point.score
@@ -127,17 +121,17 @@ def global_search(
     details: dict = {}
     read, map_calls, tokens = MapRead(points=[]), 0, 0
     early = None
-    if level is None and rate_prompt is not None and section.global_dynamic:
+    if level is None and rate_prompt is not None and section.global_.dynamic:
         early = select_communities(store, chat, question, section, rate_prompt, map_prompt)
         community_ids = early.selected
         levels = sorted({store.reports[c]["level"] for c in community_ids})
         details = {"selection": "dynamic", "level": levels, **early.facts}
         map_calls, tokens = len(early.early_chunks), early.early_tokens
     if not community_ids:
-        used_level = choose_level(store, section.global_level if level is None else level)
+        used_level = choose_level(store, section.global_.level if level is None else level)
         community_ids = sorted(
             store.reports_by_level[used_level],
-            key=lambda c: (-float(store.reports[c].get("rating") or 0.0), c),  # strongest reports first
+            key=lambda c: (-store.reports[c]["rating"], c),  # strongest reports first
         )
         details = {**details, "selection": "dynamic_fallback" if details else "level", "level": used_level}
     if early is not None:
@@ -206,7 +200,8 @@ def _coverage(store: IndexStore, community_ids: list[str], details: dict, sectio
     selection = None
     if details.get("selection", "level") != "level":
         keys = ("rated", "rating_failed", "pruned", "descended", "rounds", "mapped_early", "early_pruned")
-        selection = {"threshold": section.dynamic_threshold, "max_level": section.dynamic_max_level,
+        dynamic = section.global_
+        selection = {"threshold": dynamic.dynamic_threshold, "max_level": dynamic.dynamic_max_level,
                      **{k: details.get(k, 0) for k in keys}, "fallback": details["selection"] == "dynamic_fallback"}
     points = {k: details.get(f"points_{k}", 0) for k in ("returned", "zero_score", "unselected", "dropped")}
     points["kept"] = details.get("points_in_reduce", 0)

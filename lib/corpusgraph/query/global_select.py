@@ -71,13 +71,14 @@ def select_communities(
     children = children_with_reports(store)
 
     def below(cid: str) -> list[str]:
-        return [k for k in children.get(cid, ()) if store.reports[k]["level"] <= section.dynamic_max_level]
+        deepest = section.global_.dynamic_max_level
+        return [k for k in children.get(cid, ()) if store.reports[k]["level"] <= deepest]
 
     # Roots: reports whose community has no reported parent (normally the whole top level).
     frontier = sorted(
         c for c in store.reports if (store.communities.get(c) or {}).get("parent_id") not in store.reports
     )
-    early = map_prompt is not None and section.dynamic_early_map
+    early = map_prompt is not None and section.global_.dynamic_early_map
     out = Selection(selected=[], facts={})
     scores: dict[str, int] = {}
     rated = failed = rounds = pruned = descended = 0
@@ -86,7 +87,7 @@ def select_communities(
         rates = [_rate_request(store, cid, question, section, rate_prompt) for cid in frontier]
         # Leaves of this round, strongest reports first (the order the map packs them in).
         leaves = sorted((c for c in frontier if not below(c)),
-                        key=lambda c: (-float(store.reports[c].get("rating") or 0.0), c)) if early else []
+                        key=lambda c: (-store.reports[c]["rating"], c)) if early else []
         chunks, maps, tokens = map_requests(store, leaves, section, map_prompt or "", question, f"map-r{rounds}")
         results = {r.id: r for r in chat.complete(rates + maps)}  # one batch: rated and mapped concurrently
         out.early_chunks += chunks
@@ -100,8 +101,8 @@ def select_communities(
             score = None if result is None or result.error else parse_rating(result.text)
             if score is None:
                 failed += 1
-                score = section.dynamic_threshold  # unreadable: keep the branch (module doc)
-            if score < section.dynamic_threshold:
+                score = section.global_.dynamic_threshold  # unreadable: keep the branch (module doc)
+            if score < section.global_.dynamic_threshold:
                 pruned += 1
                 continue
             scores[cid] = score
@@ -111,7 +112,7 @@ def select_communities(
     # A relevant child replaces its parent; a parent none of whose children was relevant stays.
     replaced = {(store.communities.get(c) or {}).get("parent_id") for c in scores}
     selected = [c for c in scores if c not in replaced]
-    selected.sort(key=lambda c: (-scores[c], -float(store.reports[c].get("rating") or 0.0), c))
+    selected.sort(key=lambda c: (-scores[c], -store.reports[c]["rating"], c))
     out.selected = selected
     out.facts = {"rated": rated, "rating_failed": failed, "rounds": rounds, "selected": len(selected),
                  "pruned": pruned, "descended": descended, "mapped_early": len(out.early_ids),

@@ -25,19 +25,11 @@ import numpy as np
 
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel
-from corpusgraph.query.answer import (
-    Answer,
-    ask_once,
-    cited_tags,
-    citations_for,
-    fill_prompt,
-    fit_budget,
-    pack_blocks,
-    unique_ordered,
-)
+from corpusgraph.query.answer import Answer, answer_over_context, cited_tags, fit_budget, pack_blocks, unique_ordered
 from corpusgraph.query.basic import NO_CONTEXT_ANSWER, unit_block
 from corpusgraph.query.coverage import context_coverage, seed_facts
-from corpusgraph.query.retrieval import rank_units, weights_from
+from corpusgraph.query.question import Question
+from corpusgraph.query.retrieval import rank_units
 from corpusgraph.query.store import IndexStore
 from corpusgraph.tokens import count_tokens
 
@@ -90,13 +82,12 @@ class LocalContext:
     section_tokens: dict[str, int] = field(default_factory=dict)
 
 
-def select_seeds(store: IndexStore, question_vector: np.ndarray, question: str, k: int) -> list[str]:
+def select_seeds(store: IndexStore, question: Question, k: int) -> list[str]:
     """Entities named in the question first (exact evidence), then nearest by vector; k at most."""
-    named = store.match_names(question)
-    query = np.asarray(question_vector, dtype=np.float32).reshape(1, -1)
+    query = np.asarray(question.vector, dtype=np.float32).reshape(1, -1)
     hits = store.vectors("entity").search(query, k)[0]
     nearest = [eid for eid, _ in hits if eid in store.entities]
-    return unique_ordered(named, nearest, limit=k)
+    return unique_ordered(list(question.named), nearest, limit=k)
 
 
 def expand_neighbours(store: IndexStore, seeds: list[str], limit: int) -> list[str]:
@@ -109,7 +100,7 @@ def expand_neighbours(store: IndexStore, seeds: list[str], limit: int) -> list[s
             if other in seed_set or other not in store.entities:
                 continue
             # Summed, so a neighbour tied to two seeds outranks one tied to a single seed.
-            weight[other] = weight.get(other, 0.0) + float(store.relationships[rel_id].get("weight") or 0.0)
+            weight[other] = weight.get(other, 0.0) + store.relationships[rel_id]["weight"]
     ranked = sorted(weight, key=lambda e: (-weight[e], -store.degree(e), e))
     return ranked[:limit]
 
@@ -127,7 +118,7 @@ def _rank_relationships(store: IndexStore, seeds: list[str], selected: list[str]
     def key(rel_id: str):
         rel = store.relationships[rel_id]
         on_seeds = (rel["source_id"] in seed_set) + (rel["target_id"] in seed_set)
-        return (-on_seeds, -float(rel.get("weight") or 0.0), rel_id)
+        return (-on_seeds, -rel["weight"], rel_id)
 
     return sorted(rel_ids, key=key)
 
@@ -139,7 +130,7 @@ def _rank_communities(store: IndexStore, selected: list[str]) -> list[str]:
 
     def key(cid: str):
         report = store.reports[cid]
-        return (report["level"], -count[cid], -float(report.get("rating") or 0.0), cid)
+        return (report["level"], -count[cid], -report["rating"], cid)
 
     return sorted(with_report, key=key)
 
@@ -148,39 +139,37 @@ def _title(store: IndexStore, entity_id: str | None) -> str:
     if not entity_id:
         return "?"
     ent = store.entities.get(entity_id)
-    return (ent.get("title") if ent else None) or entity_id
+    return (ent["title"] if ent else None) or entity_id
 
 
 def _entity_line(store: IndexStore, i: int, eid: str) -> str:
     ent = store.entities[eid]
-    return f"[E{i}] {ent.get('title') or eid} ({ent.get('type') or 'entity'}): {(ent.get('description') or '').strip()}"
+    return f"[E{i}] {ent['title'] or eid} ({ent['type'] or 'entity'}): {(ent['description'] or '').strip()}"
 
 
 def _rel_line(store: IndexStore, i: int, rel_id: str) -> str:
     rel = store.relationships[rel_id]
     ends = f"{_title(store, rel['source_id'])} -- {_title(store, rel['target_id'])}"
-    return f"[R{i}] {ends}: {(rel.get('description') or '').strip()}"
+    return f"[R{i}] {ends}: {(rel['description'] or '').strip()}"
 
 
 def _claim_line(store: IndexStore, i: int, claim_id: str) -> str:
     c = store.claims[claim_id]
-    about = _title(store, c.get("subject_id")) + (f" -> {_title(store, c['object_id'])}" if c.get("object_id") else "")
-    kind = ", ".join(x for x in (c.get("type"), c.get("status")) if x)
-    return f"[C{i}] {about}" + (f" ({kind})" if kind else "") + f": {(c.get('description') or '').strip()}"
+    about = _title(store, c["subject_id"]) + (f" -> {_title(store, c['object_id'])}" if c["object_id"] else "")
+    kind = ", ".join(x for x in (c["type"], c["status"]) if x)
+    return f"[C{i}] {about}" + (f" ({kind})" if kind else "") + f": {(c['description'] or '').strip()}"
 
 
 def _report_block(store: IndexStore, i: int, cid: str) -> str:
     rep = store.reports[cid]
-    lines = [f"[P{i}] {rep.get('title') or cid}: {(rep.get('summary') or '').strip()}"]
-    lines += [f"- {f.get('summary') or ''}" for f in rep.get("findings") or [] if f and f.get("summary")]
+    lines = [f"[P{i}] {rep['title'] or cid}: {(rep['summary'] or '').strip()}"]
+    lines += [f"- {f['summary']}" for f in rep["findings"] if f and f.get("summary")]
     return "\n".join(lines)
 
 
-def build_local_context(
-    store: IndexStore, question_vector: np.ndarray, question: str, section: QuerySection
-) -> LocalContext:
+def build_local_context(store: IndexStore, question: Question, section: QuerySection) -> LocalContext:
     """Rank the neighbourhood of the question's entities into one tagged, budgeted context."""
-    seeds = select_seeds(store, question_vector, question, section.top_k_entities)
+    seeds = select_seeds(store, question, section.top_k_entities)
     neighbours = expand_neighbours(store, seeds, _NEIGHBOURS_PER_SEED_SLOT * section.top_k_entities)
     selected = seeds + neighbours
 
@@ -208,7 +197,7 @@ def build_local_context(
         else:
             # Personalised PageRank over entities and passages (query/retrieval.py), not only
             # the seeds' own units: multi-hop evidence shares an entity with a seed passage.
-            ids = rank_units(store, question, question_vector, weights_from(section), _UNITS_RANKED * section.top_k_units)
+            ids = rank_units(store, question, section.retrieval, _UNITS_RANKED * section.top_k_units)
             blocks = [unit_block(store, f"U{i}", u) for i, u in enumerate(ids, 1)]
         # The last section takes whatever is left, so rounding never strands tokens.
         room = budget - sum(used_by.values()) if name == "units" else int(budget * share) + carry
@@ -250,7 +239,7 @@ def cited_unit_ids(store: IndexStore, ctx: LocalContext, answer_text: str | None
     cited_rels = [ctx.rel_ids[n - 1] for n in cited_tags(answer_text, "R") if 0 < n <= n_rels]
 
     def rel_units(rel_ids: list[str]) -> list[str]:
-        return [u for r in rel_ids for u in store.relationships[r].get("unit_ids") or ()]
+        return [u for r in rel_ids for u in store.relationships[r]["unit_ids"]]
 
     first = unique_ordered(cited_units, rel_units(cited_rels))
     extra = [u for u in unique_ordered([], rel_units(ctx.rel_ids)) if u not in ctx.unit_ids and u not in first]
@@ -262,21 +251,15 @@ def cited_unit_ids(store: IndexStore, ctx: LocalContext, answer_text: str | None
 HOPS = 1
 
 
-def local_coverage(store: IndexStore, question: str, ctx: LocalContext, section: QuerySection) -> dict:
+def local_coverage(store: IndexStore, question: Question, ctx: LocalContext, section: QuerySection) -> dict:
     """Seeds and how each was found, hops, units and documents in the context, budget used."""
-    return {"method": "local", "seeds": seed_facts(store, ctx.seed_ids, store.match_names(question)), "hops": HOPS,
+    return {"method": "local", "seeds": seed_facts(store, ctx.seed_ids, question.named), "hops": HOPS,
             **context_coverage(store, ctx.unit_ids, ctx.tokens, section.max_context_tokens)}
 
 
-def local_search(
-    store: IndexStore,
-    chat: ChatModel,
-    question: str,
-    question_vector: np.ndarray,
-    section: QuerySection,
-    prompt: str,
-) -> Answer:
-    ctx = build_local_context(store, question_vector, question, section)
+def local_search(store: IndexStore, chat: ChatModel, question: Question, section: QuerySection,
+                 prompt: str) -> Answer:
+    ctx = build_local_context(store, question, section)
     details = {
         "seeds": len(ctx.seed_ids),
         "entities": len(ctx.entity_ids),
@@ -287,16 +270,7 @@ def local_search(
     }
     coverage = local_coverage(store, question, ctx, section)
     if not ctx.text.strip():
-        return Answer(question=question, answer=NO_CONTEXT_ANSWER, method="local", details=details, coverage=coverage)
-    result = ask_once(chat, "local", fill_prompt(prompt, context=ctx.text, question=question), section.max_tokens)
-    unit_ids = cited_unit_ids(store, ctx, result.text)
-    return Answer(
-        question=question,
-        answer=(result.text or "").strip(),
-        method="local",
-        citations=citations_for(unit_ids, store.units, store.docs),
-        context_tokens=ctx.tokens,
-        error=result.error,
-        details=details,
-        coverage=coverage,
-    )
+        return Answer(question=question.text, answer=NO_CONTEXT_ANSWER, method="local", details=details, coverage=coverage)
+    return answer_over_context(chat, "local", question.text, ctx.text, prompt, section.max_tokens, store,
+                               lambda text: cited_unit_ids(store, ctx, text), context_tokens=ctx.tokens,
+                               details=details, coverage=coverage)

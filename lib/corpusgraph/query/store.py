@@ -1,22 +1,40 @@
 """The index as the query side sees it: Delta tables read once through delta-rs, plus FAISS.
 
 Nothing here imports pyspark: the service reads the warehouse with the `deltalake` package.
-Rows become plain dicts keyed by id, which answers the lookups the queries make (a unit, an
-entity's edges, the communities an entity sits in) in constant time; a few tens of thousands of
-rows load in about a second. Larger corpora will want lazier structures (a later issue).
+Rows become dicts keyed by id, typed per table (rows.py), which answers the lookups the queries
+make (a unit, an entity's edges, the communities an entity sits in) in constant time (load time
+at 100k documents: tests/benchmarks/results/service_load.json). Larger corpora will want lazier
+structures (a later issue).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from corpusgraph.query.access import VisibleVectors, select_view
+from corpusgraph.query.rows import (
+    ClaimRow,
+    CommunityRow,
+    DocumentRow,
+    DomainReportRow,
+    EntityRow,
+    RelationshipRow,
+    ReportRow,
+    UnitRow,
+    filled,
+    report_shown,
+)
 from corpusgraph.tables import table_path
+from corpusgraph.text import normalise_name
 
-__all__ = ["IndexStore", "IndexMissingError", "normalise_name", "report_shown"]
+__all__ = ["IndexStore", "RestrictedStore", "IndexMissingError", "report_shown"]
+
+log = logging.getLogger(__name__)
 
 # Document columns needed for citations; the text column is the bulk of the table and the
 # query side never shows whole documents, so it is not read.
@@ -31,33 +49,25 @@ _MAX_VIEWS = 64
 # Views are built rarely (once per domain set); one lock for all stores keeps it simple, and a
 # store assembled without __init__ (a benchmark's synthetic one) can still make views.
 _VIEWS_LOCK = threading.Lock()
+# Ranking structures are built once per store, rarely; one lock for all stores, as for views.
+_RETRIEVER_LOCK = threading.Lock()
 # Entity names are matched as word n-grams of the question; longer names are rare and this
 # bounds the work per question regardless of how many entities there are.
 _MAX_NAME_WORDS = 8
-_NON_WORD = re.compile(r"[^\w]+")
 
 
 class IndexMissingError(FileNotFoundError):
     """A table or vector index the queries need is not there (the index was not built)."""
 
 
-def normalise_name(text: str) -> str:
-    """Casefolded words joined by single spaces: 'Dr. Mara  Voss' -> 'dr mara voss'."""
-    return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
-
-
-def report_shown(report: dict) -> bool:
-    """Reports that failed to build have no summary; they would only put noise in a context."""
-    return bool((report.get("summary") or "").strip()) and not report.get("error")
-
-
-def _read_table(warehouse: str, name: str, columns: list[str] | None = None):
+def _read_rows(warehouse: str, name: str, columns: list[str] | None = None) -> list:
+    """The table's rows as dicts, nulls filled as its contract means them (rows.py)."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     path = table_path(warehouse, name)
     try:
-        return DeltaTable(path).to_pyarrow_table(columns=columns)
+        return filled(name, DeltaTable(path).to_pyarrow_table(columns=columns).to_pylist())
     except TableNotFoundError as exc:
         raise IndexMissingError(
             f"table {name!r} not found at {path}; run `corpusgraph index` first"
@@ -67,8 +77,8 @@ def _read_table(warehouse: str, name: str, columns: list[str] | None = None):
 class IndexStore:
     """Loads the query tables and vector indexes once and keeps id lookups over them.
 
-    Attributes are plain dicts of row dicts: `docs`, `units`, `entities`, `relationships`,
-    `claims`, `communities`, `reports`; and derived maps `adjacency` (entity id -> rel ids),
+    Attributes are plain dicts of row dicts, typed per table (rows.py): `docs`, `units`,
+    `entities`, `relationships`, `claims`, `communities`, `reports`; and derived maps `adjacency` (entity id -> rel ids),
     `entity_claims` (entity id -> claim ids), `entity_communities` (entity id -> community ids),
     `reports_by_level` (level -> community ids) and `names` (normalised title or alias -> ids).
     `unit_domain` maps every unit, those of deleted documents too, to its document's access domain.
@@ -78,7 +88,7 @@ class IndexStore:
     """
 
     domains: frozenset[str] | None = None
-    domain_reports: dict[tuple[str, str], dict] = {}  # (community id, domain) -> report row
+    domain_reports: dict[tuple[str, str], DomainReportRow] = {}  # (community id, domain) -> report row
 
     def __init__(self, warehouse: str, index_dir: str, *, load_vectors: bool = True):
         self.warehouse = warehouse
@@ -93,38 +103,34 @@ class IndexStore:
 
     def _load_tables(self) -> None:
         wh = self.warehouse
-        docs = _read_table(wh, "documents", _DOC_COLUMNS).to_pylist()
+        docs: list[DocumentRow] = _read_rows(wh, "documents", _DOC_COLUMNS)
         # A document marked deleted must not be cited, nor its units shown.
-        deleted = {d["doc_id"] for d in docs if d.get("deleted")}
-        self.docs: dict[str, dict] = {d["doc_id"]: d for d in docs if d["doc_id"] not in deleted}
-        units = _read_table(wh, "text_units").to_pylist()
+        deleted = {d["doc_id"] for d in docs if d["deleted"]}
+        self.docs: dict[str, DocumentRow] = {d["doc_id"]: d for d in docs if d["doc_id"] not in deleted}
+        units: list[UnitRow] = _read_rows(wh, "text_units")
         # Deleted documents' units too: an entity merged from one still carries its text, so an
         # access check must know that unit's domain. A unit of no known document has none.
-        domain_of_doc = {d["doc_id"]: d.get("access_domain") for d in docs}
+        domain_of_doc = {d["doc_id"]: d["access_domain"] for d in docs}
         self.unit_domain: dict[str, str | None] = {u["unit_id"]: domain_of_doc.get(u["doc_id"]) for u in units}
-        self.units: dict[str, dict] = {u["unit_id"]: u for u in units if u["doc_id"] not in deleted}
-        self.entities: dict[str, dict] = {e["entity_id"]: e for e in _read_table(wh, "entities").to_pylist()}
-        self.relationships: dict[str, dict] = {
-            r["rel_id"]: r for r in _read_table(wh, "relationships").to_pylist()
-        }
+        self.units: dict[str, UnitRow] = {u["unit_id"]: u for u in units if u["doc_id"] not in deleted}
+        self.entities: dict[str, EntityRow] = {e["entity_id"]: e for e in _read_rows(wh, "entities")}
+        self.relationships: dict[str, RelationshipRow] = {r["rel_id"]: r for r in _read_rows(wh, "relationships")}
         try:
-            claims = _read_table(wh, "claims").to_pylist()
+            claims: list[ClaimRow] = _read_rows(wh, "claims")
         except IndexMissingError:
             claims = []
-        self.claims: dict[str, dict] = {c["claim_id"]: c for c in claims}
-        self.communities: dict[str, dict] = {
-            c["community_id"]: c for c in _read_table(wh, "communities").to_pylist()
-        }
-        self.reports: dict[str, dict] = {
-            r["community_id"]: r for r in _read_table(wh, "community_reports").to_pylist() if report_shown(r)
+        self.claims: dict[str, ClaimRow] = {c["claim_id"]: c for c in claims}
+        self.communities: dict[str, CommunityRow] = {c["community_id"]: c for c in _read_rows(wh, "communities")}
+        self.reports: dict[str, ReportRow] = {
+            r["community_id"]: r for r in _read_rows(wh, "community_reports") if report_shown(r)
         }
         # Per-domain reports of communities that mix domains (reports.per_domain); only
         # restricted views show them (access.py). An index built before them has none.
         try:
-            domain_reports = _read_table(wh, "community_domain_reports").to_pylist()
+            domain_reports: list[DomainReportRow] = _read_rows(wh, "community_domain_reports")
         except IndexMissingError:
             domain_reports = []
-        self.domain_reports: dict[tuple[str, str], dict] = {
+        self.domain_reports: dict[tuple[str, str], DomainReportRow] = {
             (r["community_id"], r["domain"]): r for r in domain_reports if report_shown(r)
         }
         self._build_lookups()
@@ -139,7 +145,7 @@ class IndexStore:
 
         entity_claims: dict[str, list[str]] = defaultdict(list)
         for claim_id, claim in self.claims.items():
-            for end in (claim.get("subject_id"), claim.get("object_id")):
+            for end in (claim["subject_id"], claim["object_id"]):
                 if end:
                     entity_claims[end].append(claim_id)
         self.entity_claims = dict(entity_claims)
@@ -148,7 +154,7 @@ class IndexStore:
         communities_by_level: dict[int, list[str]] = defaultdict(list)
         for cid, com in self.communities.items():
             communities_by_level[com["level"]].append(cid)
-            for eid in com.get("entity_ids") or []:
+            for eid in com["entity_ids"]:
                 entity_communities[eid].append(cid)
         self.entity_communities = dict(entity_communities)
         self.communities_by_level = dict(communities_by_level)
@@ -160,7 +166,7 @@ class IndexStore:
 
         names: dict[str, list[str]] = defaultdict(list)
         for eid, ent in self.entities.items():
-            for name in [ent.get("title") or ""] + list(ent.get("aliases") or []):
+            for name in [ent["title"] or "", *ent["aliases"]]:
                 key = normalise_name(name)
                 if key and eid not in names[key]:
                     names[key].append(eid)
@@ -178,6 +184,23 @@ class IndexStore:
                     f"vector index {kind!r} not found under {self.index_dir}; run `corpusgraph index` first ({exc})"
                 ) from exc
         return self._vectors[kind]
+
+    def retriever(self):
+        """This store's `GraphRetriever` (query/retrieval.py), built on first use and kept with it.
+
+        Built once under a lock: the service asks from many threads at once, and unguarded, every
+        concurrent first question built its own copy, each slowed by the others under the GIL, until
+        all of them were past their timeout (tests/benchmarks/test_service_scale.py found it). The
+        service builds it before it says ready (serving/engine.py)."""
+        built = self.__dict__.get("_retriever")
+        if built is None:
+            with _RETRIEVER_LOCK:
+                built = self.__dict__.get("_retriever")
+                if built is None:
+                    from corpusgraph.query.retrieval import GraphRetriever
+
+                    built = self.__dict__["_retriever"] = GraphRetriever(self)
+        return built
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -221,7 +244,7 @@ class IndexStore:
 
     def _case_match(self, entity_id: str, question: str) -> bool:
         ent = self.entities[entity_id]
-        for name in [ent.get("title") or ""] + list(ent.get("aliases") or []):
+        for name in [ent["title"] or "", *ent["aliases"]]:
             if name and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", question):
                 return True
         return False
@@ -242,9 +265,7 @@ class IndexStore:
             views: dict[frozenset[str], IndexStore] = self.__dict__.setdefault("_views", {})
             view = views.get(key)
             if view is None:
-                from corpusgraph.query.access import restrict
-
-                view = restrict(self, key)
+                view = RestrictedStore(self, key)
                 if len(views) >= _MAX_VIEWS:
                     views.pop(next(iter(views)))
                 views[key] = view
@@ -256,3 +277,41 @@ class IndexStore:
             f"{len(self.entities)} entities, {len(self.relationships)} relationships, "
             f"{len(self.reports)} reports)"
         )
+
+
+class RestrictedStore(IndexStore):
+    """The rows of `base` that only `domains` contributed to (access.py's rules); built by
+    `IndexStore.restricted`."""
+
+    def __init__(self, base: IndexStore, domains: frozenset[str]):  # no super().__init__: it reads tables
+        self.base = base
+        self.domains = domains
+        self.warehouse = base.warehouse
+        self.index_dir = base.index_dir
+        self._vectors = {}
+        select_view(self, base, domains)
+        self._build_lookups()
+
+    def vectors(self, kind: str):
+        if kind not in self._vectors:
+            visible = {
+                "text_unit": self.units,
+                "entity": self.entities,
+                "relationship": self.relationships,
+                "claim": self.claims,
+                "community": self.communities,
+                "community_report": self.reports,
+                "document": self.docs,
+            }.get(kind)
+            if visible is None:  # a kind without an access rule: show none of it
+                log.warning("vector kind %r has no access rule; a restricted view returns no hits", kind)
+                visible = {}
+            self._vectors[kind] = VisibleVectors(self.base.vectors(kind), visible)
+        return self._vectors[kind]
+
+    def restricted(self, domains: Iterable[str] | None) -> IndexStore:
+        # Narrow from the full store, so the cache holds one view per set however it was reached.
+        return self if domains is None else self.base.restricted(self.domains & frozenset(domains))
+
+    def __repr__(self) -> str:
+        return f"RestrictedStore({sorted(self.domains)}: " + super().__repr__().split(": ", 1)[1]

@@ -5,8 +5,9 @@ vectors in row order and `<kind>.meta.json` the ids of those rows, the embedding
 dimension, the count, and `index`: which FAISS index it is (flat, ivf, hnsw), its parameters and
 its recall@10 against exact search as measured when it was built (ann.py chooses and measures).
 Vectors are L2-normalised and the metric is inner product, so scores are cosine similarities.
-Exact search is the default up to 200k vectors (FAISS 200k x 384: build 0.3 s, STACK.md);
-larger kinds get an approximate index, searched with the nprobe / efSearch recorded beside it.
+Exact search is the default up to embeddings.exact_max_vectors (measured build and search
+times: tests/benchmarks/results/service_load.json, query_latency.json); larger kinds get an
+approximate index, searched with the nprobe / efSearch recorded beside it.
 
 The service loads these files once at start-up; `corpusgraph index` writes them.
 """

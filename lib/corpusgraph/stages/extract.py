@@ -12,7 +12,8 @@ gets up to `glean_rounds` more rounds that name what was found and ask only for 
 missed; new items are merged into the row and `gleanings` counts the rounds done. A round that
 adds nothing ends gleaning for that unit.
 
-Prompt building, packing and answer parsing are pure functions. `PackTask` bundles them for
+Prompt building, packing and answer parsing (extract_parse.py; the gleaning rule in
+extract_glean.py) are pure functions. `PackTask` bundles them for
 the Ray workers (ray_runner.py): one request per pack row, one output row per pack holding its
 units' extractions rows. A malformed answer becomes parse_error rows with the raw text; a failed
 call becomes llm_error rows (retried on the next run); neither ever stops the stage.
@@ -22,28 +23,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
 from ..config import ExtractSection
 from ..llm.base import ChatRequest, ChatResult
-from ..llm.repair import repair_json_object
-from ..prompts import Prompt
-from ..tables import table
+from ..prompts import Prompt, load_prompt
+from ..tables import spark_struct, table
+from .extract_fast import fast_identity
+from .extract_glean import GLEAN_STOP_NOTE, merge_gleaned, named_spans, needs_gleaning, uncovered_spans
+from .extract_parse import (CLAIM_STATUSES, TRUNCATED_NOTE, grounded, parse_claims, parse_extraction, parse_unit,
+                            split_pack_answer)
 
 __all__ = [
-    "ExtractPrompts", "extraction_schema", "pack_schema", "build_request", "build_pack_request",
+    "ExtractPrompts", "extract_identity", "extraction_schema", "pack_schema", "build_request", "build_pack_request",
     "parse_extraction", "split_pack_answer", "pack_rows", "pack_requests", "needs_gleaning", "merge_gleaned",
-    "ExtractTask", "PackTask", "pending_units", "glean_candidates", "packs_from",
+    "PackTask", "pack_batch", "pending_units", "glean_candidates", "packs_from",
+    # parsing and gleaning live in extract_parse.py and extract_glean.py; importable from here too
+    "TRUNCATED_NOTE", "GLEAN_STOP_NOTE", "CLAIM_STATUSES", "grounded", "parse_unit", "parse_claims", "named_spans",
+    "uncovered_spans",
 ]
-
-TRUNCATED_NOTE = "answer cut off by the token limit"
-GLEAN_STOP_NOTE = "gleaning found nothing new"
-CLAIM_STATUSES = ("TRUE", "FALSE", "SUSPECTED")
 _EXTRACTION = pa.struct(list(table("extractions").schema))
 # What a gleaning round needs of the row so far (no timestamps: they cross Spark/Arrow badly).
 PRIOR_COLUMNS = ("status", "entities", "relationships", "claims", "tokens_in", "tokens_out", "gleanings", "error", "raw")
@@ -82,6 +85,21 @@ class ExtractPrompts:
         return self.extract.hash(extraction_schema(section), settings, used)
 
 
+def extract_identity(section: ExtractSection, prompt_path: Callable[[str], Path], model: str
+                     ) -> tuple[ExtractPrompts | None, str, str]:
+    """(prompts, prompt_hash, model): what an extraction row is keyed on besides its unit.
+    prompt_path: a prompt file's path from its config value (Config.prompt_path). The fast method
+    has no prompt: its rows are keyed on its settings and spaCy model."""
+    if section.method == "fast":
+        return (None, *fast_identity(section))
+    prompts = ExtractPrompts(
+        load_prompt(prompt_path(section.prompt)),
+        load_prompt(prompt_path(section.prompt_continue)) if section.glean_rounds else None,
+        load_prompt(prompt_path(section.prompt_claims)) if section.claims else None,
+    )
+    return prompts, prompts.hash(section), model
+
+
 def _as_prompts(prompt: Prompt | ExtractPrompts) -> ExtractPrompts:
     return prompt if isinstance(prompt, ExtractPrompts) else ExtractPrompts(prompt)
 
@@ -91,7 +109,7 @@ def _as_prompts(prompt: Prompt | ExtractPrompts) -> ExtractPrompts:
 
 def extraction_schema(section: ExtractSection) -> dict[str, Any]:
     """JSON schema of one unit's answer. Every array has maxItems and every string maxLength:
-    small models otherwise repeat until the token limit (STACK.md)."""
+    small models otherwise repeat until the token limit."""
     name = {"type": "string", "minLength": 1, "maxLength": 80}
     text = {"type": "string", "maxLength": 120}
     entity = {"type": "object", "properties": {"name": name, "type": {"type": "string", "enum": list(section.entity_types)},
@@ -164,165 +182,6 @@ def build_request(unit_id: str, text: str, prompt: Prompt | ExtractPrompts, sect
     return build_pack_request(unit_id, [text], prompt, section, temperature)
 
 
-# -- parsing -------------------------------------------------------------------------------------
-
-
-def _clean(value: Any, limit: int) -> str:
-    return " ".join(str(value or "").split())[:limit]
-
-
-def _items(value: Any) -> list:
-    """A list field of an answer; any other type (a number, a string, an object) holds no items."""
-    return value if isinstance(value, list) else []
-
-
-def _has(item: dict, keys: Iterable[str]) -> bool:
-    return all(k in item for k in keys)
-
-
-_WORDS = re.compile(r"\w+")
-
-
-def grounded(name: str, text: str) -> bool:
-    """Is the name written in the text? Case-insensitive, and word by word so spacing and
-    punctuation may differ. In a packed call this is what keeps a name from one text out of
-    another text's row (small models mix them up)."""
-    folded = text.casefold()
-    if name.casefold() in folded:
-        return True
-    words = set(_WORDS.findall(folded))
-    return all(w in words for w in _WORDS.findall(name.casefold()))
-
-
-def parse_unit(obj: Any, section: ExtractSection, text: str | None = None
-               ) -> tuple[list[dict], list[dict], list[dict], list[str]]:
-    """One unit's answer object -> (entities, relationships, claims, notes). An item missing a
-    required key (a trailing item an answer cut off) is dropped: nothing is made up for it.
-    With `text`, entities and relationship ends not written in it are dropped too."""
-    obj = obj if isinstance(obj, dict) else {}
-    dropped = 0
-    allowed = {t.upper() for t in section.entity_types}
-    notes: list[str] = []
-    entities, seen = [], set()
-    for e in _items(obj.get("entities")):
-        if not isinstance(e, dict) or not _has(e, ("name", "type")):
-            continue
-        name, etype = _clean(e.get("name"), 80), _clean(e.get("type"), 40).upper()
-        if not name:
-            continue
-        if etype not in allowed:
-            notes.append(f"entity {name!r} has type {etype!r} outside the closed list; dropped")
-            continue
-        if (name.casefold(), etype) in seen:
-            continue
-        if text is not None and not grounded(name, text):
-            dropped += 1
-            continue
-        seen.add((name.casefold(), etype))
-        entities.append({"name": name, "type": etype, "description": _clean(e.get("description"), 300)})
-    rels = []
-    for r in _items(obj.get("relationships")):
-        if not isinstance(r, dict) or not _has(r, ("source", "target", "strength")):
-            continue
-        src, tgt = _clean(r.get("source"), 80), _clean(r.get("target"), 80)
-        if not src or not tgt or src.casefold() == tgt.casefold():
-            continue
-        if text is not None and not (grounded(src, text) and grounded(tgt, text)):
-            dropped += 1
-            continue
-        try:
-            strength = int(r["strength"])
-        except (TypeError, ValueError, OverflowError):  # OverflowError: 1e999 parses as infinity
-            continue
-        rels.append({"source": src, "target": tgt, "description": _clean(r.get("description"), 300),
-                     "strength": max(1, min(10, strength))})
-    claims = parse_claims(obj.get("claims"), section) if section.claims else []
-    if text is not None:
-        kept = [c for c in claims if grounded(c["subject"], text)]
-        dropped += len(claims) - len(kept)
-        claims = kept
-    if dropped:
-        notes.append(f"{dropped} items named things not written in the text; dropped")
-    return entities, rels, claims, notes
-
-
-def parse_claims(items: Any, section: ExtractSection) -> list[dict]:
-    """Claims with a subject, a type and a known status; dates kept only when they look like dates."""
-    out = []
-    for c in items if isinstance(items, list) else []:
-        if not isinstance(c, dict) or not _has(c, ("subject", "type", "status")):
-            continue
-        subject, ctype, status = _clean(c.get("subject"), 80), _clean(c.get("type"), 40).upper(), _clean(c.get("status"), 12).upper()
-        if not subject or not ctype or status not in CLAIM_STATUSES:
-            continue
-        obj = _clean(c.get("object"), 80)
-        out.append({"subject": subject, "object": None if obj.upper() in ("", "NONE") else obj, "type": ctype,
-                    "status": status, "description": _clean(c.get("description"), 300),
-                    "start": _date(c.get("start")), "end": _date(c.get("end"))})
-    return out[: section.max_claims]
-
-
-_DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
-
-
-def _date(value: Any) -> str | None:
-    v = _clean(value, 10)
-    return v if _DATE.match(v) else None
-
-
-def split_pack_answer(result: ChatResult, n: int, section: ExtractSection,
-                      texts: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """A pack's result -> the answer columns of its n units' rows, in order (status,
-    entities, relationships, claims, error, raw). A text the answer never reached (it was cut
-    off first) gets an empty ok row noted as truncated, which the gleaning rule picks up.
-    With `texts`, names not written in their own unit's text are dropped (see `grounded`)."""
-    base = {"entities": [], "relationships": [], "claims": [], "raw": result.text, "error": None}
-    if result.error:
-        return [{**base, "status": "llm_error", "error": result.error} for _ in range(n)]
-    repaired = repair_json_object(result.text or "")
-    if repaired.obj is None:
-        return [{**base, "status": "parse_error", "error": repaired.error} for _ in range(n)]
-    truncated = repaired.truncated or result.finish_reason == "length"
-    objs = [repaired.obj] if n == 1 else [repaired.obj.get(str(i + 1)) for i in range(n)]
-    rows = []
-    for i, obj in enumerate(objs):
-        ents, rels, claims, notes = parse_unit(obj, section, texts[i] if texts is not None else None)
-        if obj is None and not truncated:
-            notes.append(f"the answer has no object for text {i + 1}")
-        # Units after the cut are the ones it hurt; with one unit, that unit.
-        if truncated and (n == 1 or obj is None or i == _last_present(objs)):
-            notes.append(TRUNCATED_NOTE)
-        raw = json.dumps(obj, ensure_ascii=False) if n > 1 and obj is not None else result.text
-        rows.append({**base, "status": "ok", "entities": ents, "relationships": rels, "claims": claims,
-                     "raw": raw, "error": "; ".join(notes) or None})
-    return rows
-
-
-def _last_present(objs: Sequence[Any]) -> int:
-    present = [i for i, o in enumerate(objs) if o is not None]
-    return present[-1] if present else -1
-
-
-def parse_extraction(result: ChatResult, section: ExtractSection) -> dict[str, Any]:
-    """A one-unit result -> the answer columns of its extractions row."""
-    return split_pack_answer(result, 1, section)[0]
-
-
-def apportion(total: int, weights: Sequence[float]) -> list[int]:
-    """Split an integer total in proportion to weights; the parts sum to the total exactly."""
-    if not weights:
-        return []
-    w = [max(0.0, float(x)) for x in weights]
-    s = sum(w) or float(len(w))
-    w = w if sum(w) else [1.0] * len(w)
-    raw = [total * x / s for x in w]
-    parts = [int(r) for r in raw]
-    order = sorted(range(len(w)), key=lambda i: raw[i] - parts[i], reverse=True)
-    for i in order[: total - sum(parts)]:
-        parts[i] += 1
-    return parts
-
-
 # -- packing -------------------------------------------------------------------------------------
 
 
@@ -357,74 +216,22 @@ def pack_id(unit_ids: Sequence[str], round_: int) -> str:
     return hashlib.sha256(json.dumps([round_, *unit_ids]).encode()).hexdigest()[:20]
 
 
-# -- gleaning ------------------------------------------------------------------------------------
-
-# A capitalised word run, optionally joined by short connectors ("Bank of England").
-_WORD = r"[A-Z](?:[\w'&-]|\.(?=\w))*"  # a dot only inside a word ("U.S"), never a sentence end
-_NAME = re.compile(rf"\b{_WORD}(?:[ \t]+(?:(?:of|the|de|du|van|von|la|&)[ \t]+)?{_WORD})*")
-_DETERMINER = re.compile(r"^(?:The|A|An|In|On|At|By|For|From|With|Its|His|Her|Their)\s+")
-_SENTENCE_START = re.compile(r"(?:^|[.!?:;\"\n]\s*)$")
-
-
-def named_spans(text: str) -> set[str]:
-    """Capitalised names in a text, as a cheap stand-in for "named things": single words that
-    only open a sentence ("The", "After") are left out, multi-word runs are kept."""
-    spans = set()
-    for m in _NAME.finditer(text):
-        span = m.group(0).strip(" .'-")
-        if " " not in span and _SENTENCE_START.search(text[: m.start()]):
-            continue
-        span = _DETERMINER.sub("", span)
-        if len(span) < 2:
-            continue
-        spans.add(span)
-    return spans
-
-
-def uncovered_spans(text: str, entities: Sequence[dict]) -> set[str]:
-    names = [e["name"].casefold() for e in entities]
-    return {s for s in named_spans(text)
-            if not any(s.casefold() in n or n in s.casefold() for n in names if n)}
-
-
-def needs_gleaning(text: str, row: dict, section: ExtractSection) -> bool:
-    """Does a result look incomplete? Cheap and deterministic, so a rerun decides the same:
-    the answer was cut off; or the entity or relationship list hit its maxItems in the last
-    round; or at least glean_min_missing capitalised names in the text are covered by no
-    entity. A round that found nothing new stops further rounds."""
-    if row.get("status") != "ok":
-        return False
-    error = row.get("error") or ""
-    if GLEAN_STOP_NOTE in error:
-        return False
-    if TRUNCATED_NOTE in error:
-        return True
-    ents, rels = row.get("entities") or [], row.get("relationships") or []
-    rounds = int(row.get("gleanings") or 0) + 1
-    if len(ents) >= section.max_entities * rounds:
-        return True
-    if section.max_relationships and len(rels) >= section.max_relationships * rounds:
-        return True
-    return len(uncovered_spans(text, ents)) >= section.glean_min_missing
-
-
-def merge_gleaned(prior: dict, new: dict) -> tuple[dict, int]:
-    """The prior row plus a round's new items (entities by name and type, relationships by
-    their ends, claims by subject, type and description); returns (row, items added)."""
-    def merge(old: list, fresh: list, key) -> list:
-        keys = {key(x) for x in old}
-        return list(old) + [x for x in fresh if key(x) not in keys and not keys.add(key(x))]
-
-    ents = merge(prior.get("entities") or [], new.get("entities") or [], lambda e: (e["name"].casefold(), e["type"]))
-    rels = merge(prior.get("relationships") or [], new.get("relationships") or [],
-                 lambda r: tuple(sorted((r["source"].casefold(), r["target"].casefold()))))
-    claims = merge(prior.get("claims") or [], new.get("claims") or [],
-                   lambda c: (c["subject"].casefold(), c["type"], c["description"].casefold()))
-    added = (len(ents) + len(rels) + len(claims)) - sum(len(prior.get(k) or []) for k in ("entities", "relationships", "claims"))
-    return {**prior, "entities": ents, "relationships": rels, "claims": claims}, added
-
-
 # -- the tasks Ray runs ----------------------------------------------------------------------------
+
+
+def apportion(total: int, weights: Sequence[float]) -> list[int]:
+    """Split an integer total in proportion to weights; the parts sum to the total exactly."""
+    if not weights:
+        return []
+    w = [max(0.0, float(x)) for x in weights]
+    s = sum(w) or float(len(w))
+    w = w if sum(w) else [1.0] * len(w)
+    raw = [total * x / s for x in w]
+    parts = [int(r) for r in raw]
+    order = sorted(range(len(w)), key=lambda i: raw[i] - parts[i], reverse=True)
+    for i in order[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
 
 
 class PackTask:
@@ -486,26 +293,6 @@ class PackTask:
         return {**base, **lists, "error": "; ".join(dict.fromkeys(notes)) or None}
 
 
-class ExtractTask:
-    """One unit per call over plain text_units rows (unit_id, text): the unpacked protocol,
-    kept for callers that hand units straight to Ray (tests/benchmarks/test_llm_capacity.py)."""
-
-    output_schema: pa.Schema = table("extractions").schema
-    stage = "extract"
-
-    def __init__(self, section: ExtractSection, prompt: Prompt | ExtractPrompts, prompt_hash: str, model: str,
-                 run_id: str, temperature: float):
-        self.pack = PackTask(section, _as_prompts(prompt), prompt_hash, model, run_id, temperature)
-
-    def requests(self, rows: Sequence[dict]) -> list[ChatRequest]:
-        return [build_request(r["unit_id"], r["text"], self.pack.prompts, self.pack.section, self.pack.temperature)
-                for r in rows]
-
-    def outputs(self, rows: Sequence[dict], results: Sequence[ChatResult]) -> list[dict]:
-        now = datetime.now(timezone.utc)
-        return [self.pack.unit_rows([r], res, now)[0] for r, res in zip(rows, results)]
-
-
 # -- Spark transforms (no actions) -----------------------------------------------------------------
 
 
@@ -538,26 +325,32 @@ def glean_candidates(extractions, text_units, section: ExtractSection, prompt_ha
     return joined.select("unit_id", "text", "n_tokens", prior.alias("prior")).where(incomplete("text", "prior"))
 
 
+def _packs_schema(names: Sequence[str]) -> pa.Schema:
+    unit_type = pa.struct([f for f in _UNIT if f.name in names])
+    return pa.schema([("pack_id", pa.string()), ("units", pa.list_(unit_type))])
+
+
+def pack_batch(rows: Sequence[dict], section: ExtractSection, round_: int,
+               names: Sequence[str] = ("unit_id", "text", "n_tokens")) -> pa.RecordBatch | None:
+    """Unit rows -> one Arrow batch of pack rows (pack_id, units[] holding `names`), the input
+    PackTask reads; packed greedily in length order, so similar units share calls. None: no rows."""
+    rows = sorted(rows, key=lambda r: (int(r.get("n_tokens") or 0), r["unit_id"]))
+    packs = pack_rows(rows, section)
+    if not packs:
+        return None
+    return pa.RecordBatch.from_pylist(
+        [{"pack_id": pack_id([u["unit_id"] for u in p], round_), "units": [{k: u.get(k) for k in names} for u in p]}
+         for p in packs], schema=_packs_schema(names))
+
+
 def packs_from(units, section: ExtractSection, round_: int, with_prior: bool):
     """Unit rows -> pack rows (pack_id, units[]), packed greedily within each partition (no
-    shuffle; a pack never spans partitions). Ordered by length so similar units share calls."""
+    shuffle; a pack never spans partitions) by `pack_batch`."""
     names = ["unit_id", "text", "n_tokens"] + (["prior"] if with_prior else [])
-    unit_type = pa.struct([f for f in _UNIT if f.name in names])
-    schema = pa.schema([("pack_id", pa.string()), ("units", pa.list_(unit_type))])
 
     def pack_partition(batches):
-        rows = [r for b in batches for r in b.to_pylist()]
-        rows.sort(key=lambda r: (int(r.get("n_tokens") or 0), r["unit_id"]))
-        packs = pack_rows(rows, section)
-        if packs:
-            yield pa.RecordBatch.from_pylist(
-                [{"pack_id": pack_id([u["unit_id"] for u in p], round_), "units": [{k: u.get(k) for k in names} for u in p]}
-                 for p in packs], schema=schema)
+        batch = pack_batch([r for b in batches for r in b.to_pylist()], section, round_, names)
+        if batch is not None:
+            yield batch
 
-    return units.select(*names).mapInArrow(pack_partition, _spark_type(schema))
-
-
-def _spark_type(schema: pa.Schema):
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(schema)
+    return units.select(*names).mapInArrow(pack_partition, spark_struct(_packs_schema(names)))

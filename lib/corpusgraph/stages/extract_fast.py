@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import combinations
@@ -33,6 +32,7 @@ import pyarrow as pa
 
 from ..config import ExtractSection
 from ..tables import table
+from ..text import clean_name, normalise_name
 
 __all__ = [
     "NOUN_PHRASE",
@@ -49,15 +49,10 @@ __all__ = [
 
 # The label given to spaCy noun chunks in the (text, label, sentence) triples.
 NOUN_PHRASE = "NOUN_PHRASE"
-_MAX_NAME_CHARS = 80  # the LLM schema's maxLength for a name
 _MAX_STRENGTH = 10
 # A sentence naming more entities than this (a list, a table row) relates only its first ones:
 # pairs grow with the square, and a list says little about how its items relate.
 _MAX_PER_SENTENCE = 12
-_DETERMINERS = frozenset("the a an this that these those his her its their our my your".split())
-_LEADING = re.compile(r"^(?:" + "|".join(sorted(_DETERMINERS)) + r")\s+", re.IGNORECASE)
-_POSSESSIVE = re.compile(r"(?:'s|\u2019s|'|\u2019)$")
-_EDGE_PUNCT = " \t\n\"'`.,;:!?()[]{}<>\u201c\u201d\u2018\u2019-"
 
 
 @dataclass(frozen=True)
@@ -65,28 +60,6 @@ class Mention:
     name: str
     type: str
     sentence: int
-
-
-def clean_name(text: str) -> str:
-    """A mention as a name: one line, no leading article or possessive, no edge punctuation.
-
-    "the American Institute of Physics" and "American Institute of Physics" must resolve to one
-    entity, and exact-name resolution cannot know that articles do not count. "" when nothing
-    name-like is left (digits or punctuation only, one character).
-    """
-    name = " ".join(str(text or "").split()).strip(_EDGE_PUNCT)
-    previous = None
-    while previous != name:
-        previous = name
-        name = _LEADING.sub("", name)
-        name = _POSSESSIVE.sub("", name).strip(_EDGE_PUNCT)
-    if len(name) < 2 or name.casefold() in _DETERMINERS or not any(ch.isalpha() for ch in name):
-        return ""
-    return name[:_MAX_NAME_CHARS]
-
-
-def _key(name: str) -> str:
-    return " ".join(re.sub(r"[^\w]+", " ", name.casefold()).split())
 
 
 def typed_mentions(spans: Iterable[tuple[str, str, int]], section: ExtractSection) -> list[Mention]:
@@ -109,8 +82,8 @@ def typed_mentions(spans: Iterable[tuple[str, str, int]], section: ExtractSectio
         if not name:
             continue
         (phrases if label == NOUN_PHRASE else named).append(Mention(name, etype.upper(), int(sentence)))
-    named_keys = {_key(m.name) for m in named}
-    return named + [m for m in phrases if _key(m.name) not in named_keys]
+    named_keys = {normalise_name(m.name) for m in named}
+    return named + [m for m in phrases if normalise_name(m.name) not in named_keys]
 
 
 def _clip(sentence: str, limit: int) -> str:
@@ -125,7 +98,7 @@ def extraction_from_mentions(
     first: dict[str, Mention] = {}
     by_sentence: dict[int, list[str]] = {}
     for m in mentions:
-        key = _key(m.name)
+        key = normalise_name(m.name)
         if not key:
             continue
         first.setdefault(key, m)

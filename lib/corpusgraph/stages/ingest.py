@@ -24,6 +24,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from ..config import IngestSection
+from ..tables import spark_struct
 
 __all__ = ["parse_file", "iter_file", "suffix_of", "is_container", "PARSED_SCHEMA", "parse_files", "with_empty_files", "documents_from", "quarantine_from", "content_hash"]
 
@@ -265,8 +266,7 @@ def parse_files(files, section: IngestSection):
         ~container & (F.col("length") <= section.max_bytes))
     small = files.where(fits).select("path", "length", "content")
     big = files.where(~fits).select("path", "length", F.lit(None).cast("binary").alias("content"))
-    ddl = ", ".join(f"{f.name} string" for f in PARSED_SCHEMA)
-    return small.unionByName(big).mapInArrow(lambda it: _parse_batches(it, section), ddl)
+    return small.unionByName(big).mapInArrow(lambda it: _parse_batches(it, section), spark_struct(PARSED_SCHEMA))
 
 
 def with_empty_files(files, listed: list[str]):

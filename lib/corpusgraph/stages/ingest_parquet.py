@@ -16,6 +16,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from ..config import IngestSection
+from ..tables import spark_struct
 from .ingest import PARSED_SCHEMA, _from_mapping, _record_uri, _refuse, parsed_batches
 
 __all__ = ["probe_footers", "parse_parquet_rows", "PATH_COL", "ROW_COL"]
@@ -106,6 +107,5 @@ def _rows_to_records(batches: Iterator[pa.RecordBatch], section: IngestSection) 
 def parse_parquet_rows(rows, section: IngestSection):
     """rows: a Parquet DataFrame with PATH_COL and ROW_COL added (the step reads it as
     spark.read.parquet(...).select("*", _metadata.file_path, _metadata.row_index)) -> PARSED rows."""
-    ddl = ", ".join(f"{f.name} string" for f in PARSED_SCHEMA)
-    return rows.mapInArrow(lambda it: _rows_to_records(it, section), ddl)
+    return rows.mapInArrow(lambda it: _rows_to_records(it, section), spark_struct(PARSED_SCHEMA))
 

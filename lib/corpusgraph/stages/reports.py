@@ -28,7 +28,7 @@ import pyarrow as pa
 from ..config import ReportsSection
 from ..llm.base import ChatRequest, ChatResult
 from ..prompts import Prompt
-from ..tables import table
+from ..tables import spark_struct, table
 from ..tokens import count_tokens, truncate_tokens
 
 __all__ = ["report_schema", "build_context", "build_domain_context", "domain_names", "parse_report", "ReportTask", "DomainReportTask",
@@ -165,8 +165,8 @@ def level_inputs(communities, entities, relationships, reports, level: int, sect
     )
     joined = comm.select("community_id", "level").join(ent_rows, "community_id", "left").join(
         rel_rows, "community_id", "left").join(kids, "community_id", "left")
-    ddl = "community_id string, level int, context string, built_from string"
-    return joined.mapInArrow(lambda it: _context_batches(it, section.max_input_tokens, fingerprint), ddl)
+    return joined.mapInArrow(lambda it: _context_batches(it, section.max_input_tokens, fingerprint),
+                             spark_struct(CONTEXT_SCHEMA))
 
 
 def domain_names(entities: Sequence[dict], texts: Sequence[str]) -> dict[str, str]:
@@ -254,8 +254,8 @@ def domain_level_inputs(communities, entities, relationships, text_units, docume
     )
     joined = (pairs.join(comm.select("community_id", "level"), "community_id").join(ent_rows, keys, "left")
               .join(rel_rows, keys, "left").join(unit_rows, keys, "left"))
-    ddl = "community_id string, domain string, level int, context string, built_from string"
-    return joined.mapInArrow(lambda it: _domain_context_batches(it, section.max_input_tokens, fingerprint), ddl)
+    return joined.mapInArrow(lambda it: _domain_context_batches(it, section.max_input_tokens, fingerprint),
+                             spark_struct(DOMAIN_CONTEXT_SCHEMA))
 
 
 def parse_report(result: ChatResult, section: ReportsSection) -> dict[str, Any]:

@@ -1,0 +1,192 @@
+"""What the OpenAI-compatible HTTP clients (chat, embeddings, Batch API) share: the retry rule
+for a POST (429, 5xx, timeouts and dropped connections are retried, other 4xx are not), its
+backoff, reading a server's error and Retry-After, building an httpx client, and running a
+batch's event loop from blocking code."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import email.utils
+import random
+import ssl
+import threading
+import time
+from typing import Any, Awaitable, Callable, Sequence, TypeVar
+
+import httpx
+
+from corpusgraph.llm.cache import ResponseCache
+from corpusgraph.llm.connections import LoopClients
+from corpusgraph.llm.endpoints import EndpointPool
+
+__all__ = ["EndpointClient", "RETRY_AFTER_CAP_S", "Retryable", "Fatal", "post", "backoff_delay", "new_http_client", "run_blocking",
+           "server_message", "error_message", "retry_after"]
+
+_T = TypeVar("_T")
+
+# Never sleep longer than this for one Retry-After, whatever the server asks; a server that
+# wants minutes is better reported as an error than waited on by a whole stage.
+RETRY_AFTER_CAP_S = 120.0
+
+
+class Retryable(Exception):
+    """A failure worth another try; `wait_s` is the server's Retry-After when it gave one.
+
+    unreachable: the endpoint could not be connected to (the pool then steers traffic away).
+    used_tokens: what the attempt cost on the server, as EndpointPool.release takes it.
+    """
+
+    def __init__(self, reason: str, wait_s: float | None = None, unreachable: bool = False,
+                 used_tokens: int | None = 0) -> None:
+        super().__init__(reason)
+        self.wait_s = wait_s
+        self.unreachable = unreachable
+        self.used_tokens = used_tokens
+
+
+class Fatal(Exception):
+    """A failure another try will not fix (a 4xx other than 429)."""
+
+
+async def post(client: httpx.AsyncClient, url: str, body: dict[str, Any], timeout_s: float) -> httpx.Response:
+    """POST `body` as JSON; the 200 response, or Retryable / Fatal saying why not."""
+    try:
+        resp = await client.post(url, json=body)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        # Only a failed connect marks the endpoint down: a dropped keep-alive connection
+        # (RemoteProtocolError, ReadError) happens to healthy servers too.
+        raise Retryable(f"connection error: {type(exc).__name__}: {exc}", unreachable=True) from exc
+    except httpx.TimeoutException as exc:
+        # The server may have run the model before we gave up: its cost is unknown.
+        raise Retryable(f"timeout after {timeout_s:g}s ({type(exc).__name__})", used_tokens=None) from exc
+    except httpx.TransportError as exc:  # reset, protocol errors
+        raise Retryable(f"connection error: {type(exc).__name__}: {exc}") from exc
+    status = resp.status_code
+    if status == 429 or status >= 500:
+        raise Retryable(f"HTTP {status}: {server_message(resp)}", retry_after(resp))
+    if status != 200:
+        raise Fatal(f"HTTP {status}: {server_message(resp)}")
+    return resp
+
+
+def backoff_delay(attempt: int, retry_after_s: float | None, base_s: float, max_s: float) -> float:
+    """Seconds to wait before attempt `attempt + 1`: the server's Retry-After (capped) when it gave one."""
+    if retry_after_s is not None:
+        return min(max(retry_after_s, 0.0), RETRY_AFTER_CAP_S)
+    # Full jitter (uniform over the whole exponential window) spreads out the many
+    # requests a rate limit rejected at the same moment.
+    return random.uniform(0.0, min(max_s, base_s * 2**attempt))
+
+
+def new_http_client(max_connections: int, tls: ssl.SSLContext, timeout_s: float,
+                    api_key: str | None) -> httpx.AsyncClient:
+    """An httpx client for one endpoint shard (connections.LoopClients makes them)."""
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    # A total budget per attempt; connect gets less so a dead host fails fast.
+    timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.AsyncClient(limits=limits, timeout=timeout, headers=headers, verify=tls)
+
+
+def run_blocking(make: Callable[[], Awaitable[_T]], thread_name: str) -> _T:
+    """Run the coroutine `make()` returns to its end, from blocking code.
+
+    Inside a thread that already runs a loop (an async Ray actor, a notebook) asyncio.run
+    would refuse, so the coroutine then runs on a short-lived thread of its own, with the
+    caller's context (its deadline).
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())  # type: ignore[arg-type]
+    box: list[_T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            box.append(asyncio.run(make()))  # type: ignore[arg-type]
+        except BaseException as exc:  # surfaced below, in the caller's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(run,), name=thread_name)
+    worker.start()
+    worker.join()
+    if failure:
+        raise failure[0]
+    return box[0]
+
+
+class EndpointClient:
+    """What a client of OpenAI-compatible endpoints holds, chat or embeddings: the EndpointPool
+    over `base_url` (one URL or several), whose limits hold per instance, i.e. per process or
+    Ray actor; the key, timeout, retries and backoff of its requests; its response cache; and
+    its httpx clients per event loop."""
+
+    def __init__(self, model: str, base_url: str | Sequence[str], api_key: str | None, concurrency: int,
+                 timeout_s: float, max_retries: int, cache: ResponseCache | None,
+                 max_in_flight_per_endpoint: int | None, tokens_per_minute: int | None,
+                 backoff_base_s: float, backoff_max_s: float) -> None:
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self.model = model
+        self.pool = EndpointPool(urls, max_in_flight=concurrency, max_in_flight_per_endpoint=max_in_flight_per_endpoint,
+                                 tokens_per_minute=tokens_per_minute)
+        self.api_key = api_key
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.cache = cache
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self._http = LoopClients()
+
+    def _delay(self, attempt: int, retry_after_s: float | None) -> float:
+        return backoff_delay(attempt, retry_after_s, self.backoff_base_s, self.backoff_max_s)
+
+    def _new_client(self, max_connections: int, tls: ssl.SSLContext) -> httpx.AsyncClient:
+        return new_http_client(max_connections, tls, self.timeout_s, self.api_key)
+
+
+def server_message(resp: httpx.Response) -> str:
+    """The server's own words: OpenAI's {"error": {"message"}}, FastAPI's {"detail"}, or raw text."""
+    try:
+        data = resp.json()
+    except ValueError:
+        return resp.text.strip()[:300] or resp.reason_phrase
+    return error_message(data)
+
+
+def error_message(data: Any) -> str:
+    """The message of an error body already parsed: OpenAI's {"error": {"message"}} or {"error": "..."},
+    FastAPI's {"detail"}, else the body as text; at most 300 characters."""
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:300]
+        if isinstance(err, str):
+            return err[:300]
+        if "detail" in data:
+            return str(data["detail"])[:300]
+    return str(data)[:300]
+
+
+def retry_after(resp: httpx.Response) -> float | None:
+    """Seconds from Retry-After (seconds or an HTTP date) or OpenAI's retry-after-ms."""
+    ms = resp.headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000.0
+        except ValueError:
+            pass
+    value = resp.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

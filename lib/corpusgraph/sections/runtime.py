@@ -1,0 +1,211 @@
+"""Where the work runs and what it calls: Spark, Ray, the chat model, embeddings, storage."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_serializer, model_validator
+
+from corpusgraph.sections.base import Section
+
+__all__ = ["SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_EMBEDDING_MODEL",
+           "EmbeddingSection", "StorageSection"]
+
+
+class SparkSection(Section):
+    master: str = Field("local[*]", description="Spark master URL; ignored under spark-submit.")
+    app_name: str = Field("corpusgraph", description="Spark application name.")
+    jars_dir: str = Field("jars", description="Folder holding the Delta (and GraphFrames) jars fetched by `make setup`.")
+    driver_memory: str = Field("4g", description="spark.driver.memory for local mode.")
+    shuffle_partitions: int = Field(8, ge=1, description="spark.sql.shuffle.partitions; small for one machine.")
+    extra: dict[str, str] = Field(default_factory=dict, description="Any other spark.* settings, passed as is.")
+
+
+class RaySection(Section):
+    address: str | None = Field(None, description="Ray cluster to join: 'host:6379' (its GCS) or 'auto' from a node "
+                                "of that cluster, ray://host:10001 from elsewhere (needs ray[client]); null starts a "
+                                "local Ray.")
+    num_cpus: int | None = Field(2, description="CPUs for a local Ray; ignored when address is set.")
+    actors: int = Field(1, ge=1, description="LLM worker actors per stage.")
+    num_gpus_per_actor: float = Field(
+        0.0, ge=0.0,
+        description="GPUs Ray reserves for each LLM worker actor: 0 for HTTP backends; 1 (or the engine's "
+        "tensor_parallel_size) for llm.backend 'vllm', whose actors each own an engine.",
+    )
+
+
+class BatchSection(Section):
+    """llm.backend openai_batch: how the index stages' requests go through /v1/files and /v1/batches."""
+
+    stages: list[Literal["extract", "resolve", "reports"]] = Field(
+        default_factory=lambda: ["extract", "resolve", "reports"],
+        description="Stages whose LLM calls go as batches (extract; resolve's adjudications and description "
+        "summaries; reports). Other stages, and every query, call the same endpoint synchronously.")
+    poll_s: float = Field(30.0, gt=0, description="Seconds between two status checks of the batches in flight.")
+    completion_window: str = Field("24h", description="Sent with each batch; OpenAI accepts only 24h. A batch "
+                                   "that expires keeps its finished lines; the others are resubmitted.")
+    max_lines: int = Field(50_000, ge=1, le=50_000, description="Requests per batch file (OpenAI's limit: 50,000); "
+                           "also the rows the driver holds at once.")
+    max_bytes: int = Field(100_000_000, ge=1_000, description="Bytes per batch file (OpenAI's limit is 100-200 MB).")
+    price_factor: float = Field(0.5, ge=0.0, description="Batch price as a fraction of the synchronous one (OpenAI: "
+                                "0.5): applied to llm.usd_per_1k_* in the run's accounting and to estimate.prices.")
+    state_dir: str | None = Field(None, description="Folder of the batch records (one JSON per submitted batch, "
+                                  "written before it is polled, so a crashed run resumes polling instead of paying "
+                                  "again); null: <storage.cache_dir>/batches.")
+    max_wait_s: float | None = Field(None, gt=0, description="Give up waiting on a batch after this many seconds "
+                                     "(its lines become errors; the record stays, a rerun resumes it); null: until "
+                                     "the server ends it.")
+
+
+class LLMSection(Section):
+    backend: Literal["embedded", "openai", "openai_batch", "vllm"] = Field(
+        "embedded",
+        description="embedded: corpusgraph starts the bundled SmolLM2-135M on localhost (proves the path, "
+        "poor graphs). openai: any OpenAI-compatible endpoint (vllm serve, OpenAI, llama.cpp, Ollama). "
+        "openai_batch: the same endpoint, but the index stages listed in llm.batch.stages send their requests "
+        "as JSON-lines batches through /v1/files and /v1/batches (OpenAI's Batch API: half the price, results "
+        "within the completion window); queries stay synchronous. "
+        "vllm: each Ray worker actor owns an in-process vLLM engine for `model` (needs the vllm package "
+        "and a GPU per actor, see ray.num_gpus_per_actor; unexercised on real vLLM in this project).",
+    )
+    batch: BatchSection = Field(default_factory=BatchSection, description="openai_batch settings.")
+    vllm_engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keyword arguments for vllm.LLM when backend is 'vllm' (e.g. tensor_parallel_size, "
+        "max_model_len, gpu_memory_utilization), passed as they are.",
+    )
+    model: str = Field("smollm2", description="Model name sent to the endpoint; part of every cache key.")
+    api_base: str | None = Field(None, description="Endpoint base URL ending in /v1; unused for embedded. "
+                                 "Shorthand for a one-element api_bases.")
+    api_bases: list[str] = Field(
+        default_factory=list,
+        description="Several endpoints (e.g. one vLLM server per GPU node), all serving `model`; each request "
+        "goes to the one with the fewest requests in flight, and one that refuses connections is avoided "
+        "for a short backoff. Set this or api_base, not both; unused for embedded.",
+    )
+    api_key: str | None = Field(None, description="Bearer key; use ${VAR} in YAML, never a literal secret.")
+    n_ctx: int = Field(4096, description="Context window of the embedded server.")
+    concurrency: int = Field(2, ge=1, description="Requests in flight per worker actor (over all its endpoints); "
+                             "the cluster keeps concurrency x ray.actors in flight.")
+    max_in_flight_per_endpoint: int | None = Field(
+        None, ge=1,
+        description="Cap on requests in flight to any one endpoint, per worker actor (per process); the cap a "
+        "server sees is this x ray.actors. null: only `concurrency` applies.",
+    )
+    tokens_per_minute: int | None = Field(
+        None, ge=1,
+        description="Token budget per endpoint per minute, per worker actor (per process): each request is "
+        "charged its estimated prompt tokens + max_tokens, corrected by the reported usage. The budget a "
+        "server sees is this x ray.actors. null: no budget.",
+    )
+    timeout_s: float = Field(180.0, gt=0, description="Per-request timeout.")
+    max_retries: int = Field(3, ge=0, description="Retries on 429, 5xx and timeouts, with backoff and jitter.")
+    temperature: float = Field(0.0, ge=0.0, description="Sampling temperature; 0 keeps runs repeatable.")
+    usd_per_1k_in: float = Field(0.0, ge=0.0, description="Price of 1,000 input tokens (0 for local models).")
+    usd_per_1k_out: float = Field(0.0, ge=0.0, description="Price of 1,000 output tokens.")
+
+    @model_validator(mode="after")
+    def _one_way_to_name_endpoints(self) -> "LLMSection":
+        if self.api_base and self.api_bases:
+            raise ValueError("set llm.api_base (one endpoint) or llm.api_bases (several), not both")
+        if len(set(self.api_bases)) != len(self.api_bases) or not all(u.strip() for u in self.api_bases):
+            raise ValueError("llm.api_bases must list distinct, non-empty URLs")
+        if self.backend == "openai_batch" and not self.endpoint_urls():
+            raise ValueError("llm.backend 'openai_batch' needs llm.api_base (an endpoint ending in /v1 that serves "
+                             "/v1/files and /v1/batches)")
+        return self
+
+    def batched(self, stage: str) -> bool:
+        """Whether `stage`'s LLM calls go through the batch API."""
+        return self.backend == "openai_batch" and stage in self.batch.stages
+
+    def usd(self, tokens_in: int, tokens_out: int, batch: bool = False) -> float:
+        """The configured price of these tokens; batch: at llm.batch.price_factor of it."""
+        usd = tokens_in / 1000 * self.usd_per_1k_in + tokens_out / 1000 * self.usd_per_1k_out
+        return usd * self.batch.price_factor if batch else usd
+
+    def endpoint_urls(self) -> list[str]:
+        """The configured endpoints: api_bases, or api_base alone (empty when neither is set)."""
+        return list(self.api_bases) if self.api_bases else ([self.api_base] if self.api_base else [])
+
+
+BUNDLED_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+
+
+class EmbeddingSection(Section):
+    """Where vectors come from (the bundled model or an OpenAI-compatible /v1/embeddings endpoint),
+    and which FAISS index the embed stage writes for them."""
+
+    backend: Literal["bundled", "openai"] = Field(
+        "bundled", description="bundled: all-MiniLM-L6-v2 in numpy on CPU (384 dimensions, no server). openai: "
+        "any OpenAI-compatible /v1/embeddings endpoint (vLLM, TEI, Ollama, OpenAI); the dimension is the answers'.")
+    model: str = Field(BUNDLED_EMBEDDING_MODEL, description="Embedding model: with backend bundled only "
+                       f"{BUNDLED_EMBEDDING_MODEL!r}; with openai the `model` sent to the endpoint. Recorded in "
+                       "every `embeddings` row and FAISS file; the query side refuses an index of another model.")
+    api_base: str | None = Field(None, description="openai: endpoint base URL ending in /v1. Shorthand for a "
+                                 "one-element api_bases.")
+    api_bases: list[str] = Field(default_factory=list, description="openai: several endpoints serving `model`; "
+                                 "each request goes to the least loaded one (the chat side's endpoint pool).")
+    api_key: SecretStr | None = Field(None, description="openai: bearer key; write ${VAR} here, never a literal.")
+    batch_size: int = Field(32, ge=1, description="Texts per forward pass (bundled) or per HTTP request (openai).")
+    max_tokens: int = Field(256, ge=8, description="bundled: word pieces kept per text.")
+    max_input_chars: int = Field(8000, ge=100, description="openai: texts are cut to this many characters before "
+                                 "they are sent (servers refuse inputs over their context, e.g. 8,192 tokens).")
+    concurrency: int = Field(4, ge=1, description="openai: requests in flight per embed worker actor.")
+    max_in_flight_per_endpoint: int | None = Field(None, ge=1, description="openai: cap on requests in flight "
+                                                   "to any one endpoint, per actor; null: only concurrency.")
+    tokens_per_minute: int | None = Field(None, ge=1, description="openai: token budget per endpoint per "
+                                          "minute, per actor (estimated from characters, corrected by usage).")
+    timeout_s: float = Field(60.0, gt=0, description="openai: per-request timeout.")
+    max_retries: int = Field(3, ge=0, description="openai: retries on 429, 5xx and timeouts, with backoff and jitter.")
+    cache: bool = Field(True, description="openai: keep answers in the response cache (<cache_dir>/llm_cache.sqlite), "
+                        "keyed by (model, text), so a crashed or repeated embed stage pays once.")
+    usd_per_1k_tokens: float = Field(0.0, ge=0.0, description="openai: price of 1,000 input tokens (0 for local).")
+    index: Literal["auto", "flat", "ivf", "hnsw"] = Field(
+        "auto", description="FAISS index the embed stage writes per kind. auto: exact (flat) up to "
+        "exact_max_vectors, IVF-flat above. flat: always exact. ivf / hnsw: always approximate. The choice, its "
+        "parameters and its measured recall@10 are recorded in <kind>.meta.json.")
+    exact_max_vectors: int = Field(200_000, ge=0, description="auto: kinds with at most this many vectors get an "
+                                   "exact index (measured build and search times: "
+                                   "tests/benchmarks/results/service_load.json).")
+    ivf_nlist: int | None = Field(None, ge=1, description="IVF: inverted lists; null: sqrt(vectors), at most "
+                                  "one per 39 training vectors.")
+    ivf_nprobe: int | None = Field(None, ge=1, description="IVF: lists searched per query; null: the smallest "
+                                   "power of two whose measured recall@10 reaches ann_recall_target.")
+    hnsw_m: int = Field(32, ge=4, description="HNSW: links per node.")
+    hnsw_ef_construction: int = Field(80, ge=8, description="HNSW: candidate list size while building.")
+    hnsw_ef_search: int | None = Field(None, ge=1, description="HNSW: candidate list size per query; null: the "
+                                       "smallest power of two (>= 16) whose measured recall@10 reaches the target.")
+    ann_recall_target: float = Field(0.95, gt=0, le=1, description="Recall@10 against exact search that the "
+                                     "tuned nprobe / efSearch must reach on the recall sample.")
+    ann_train_sample: int = Field(100_000, ge=100, description="Approximate indexes are trained on at most this "
+                                  "many vectors (a seeded sample).")
+    recall_sample: int = Field(500, ge=10, description="Stored vectors used as queries to measure recall@10.")
+    seed: int = Field(0, description="Seed of the training and recall samples.")
+
+    @field_serializer("api_key")
+    def _hide_key(self, key: SecretStr | None) -> str | None:  # dumps (and config fingerprints) never hold it
+        return None if key is None else "**********"
+
+    @model_validator(mode="after")
+    def _backend_names_a_model_it_has(self) -> "EmbeddingSection":
+        if self.backend == "bundled" and self.model != BUNDLED_EMBEDDING_MODEL:
+            raise ValueError(f"embeddings.model {self.model!r} needs embeddings.backend 'openai' (and an api_base "
+                             f"serving it); the bundled backend has only {BUNDLED_EMBEDDING_MODEL!r}")
+        if self.api_base and self.api_bases:
+            raise ValueError("set embeddings.api_base (one endpoint) or embeddings.api_bases (several), not both")
+        if self.backend == "openai" and not self.endpoint_urls():
+            raise ValueError("embeddings.backend 'openai' needs embeddings.api_base (a URL ending in /v1)")
+        return self
+
+    def endpoint_urls(self) -> list[str]:
+        """The configured endpoints: api_bases, or api_base alone (empty when neither is set)."""
+        return list(self.api_bases) if self.api_bases else ([self.api_base] if self.api_base else [])
+
+
+class StorageSection(Section):
+    warehouse: str = Field("work/warehouse", description="Folder (or URI) holding the Delta tables.")
+    index_dir: str = Field("work/index", description="Folder for FAISS files.")
+    cache_dir: str = Field("work/cache", description="LLM response cache and Spark-to-Ray hand-off files.")
+    run_lock_stale_s: float = Field(600.0, gt=0, description="A run lock (<warehouse>/_run.lock) whose heartbeat is "
+                                    "older than this is taken over; on this host, a dead holder's lock at once.")

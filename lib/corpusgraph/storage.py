@@ -1,0 +1,149 @@
+"""Where a warehouse or run folder lives, told to each reader in its own words.
+
+One location (a plain path, or an `s3a://`, `s3://`, `gs://`, `abfss://` or `dbfs:/` URI) is read
+by three kinds of client: Spark through Hadoop's filesystems (settings under `spark.hadoop.`),
+delta-rs through its storage options, and pyarrow through a filesystem object and a path. These
+functions translate one location and one set of S3 settings into each of those; they are pure
+(nothing is opened or contacted) except `arrow_filesystem`, which builds the pyarrow object.
+
+Credentials for gs:// and abfss:// come from the environment the cluster gives every node (its
+service account or managed identity); only S3 needs explicit settings here, because an
+S3-compatible server other than AWS (a test server on localhost, MinIO) needs an endpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+__all__ = ["S3Settings", "Location", "parse", "spark_hadoop_conf", "delta_storage_options",
+           "delta_uri", "arrow_filesystem"]
+
+# Schemes that name the same S3 store: Hadoop's connector is s3a; s3 is what AWS tools and EMR write.
+S3_SCHEMES = ("s3a", "s3")
+SCHEMES = (*S3_SCHEMES, "gs", "abfss", "dbfs", "file")
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach an S3 store. The defaults mean AWS itself, with credentials from the environment."""
+
+    endpoint: str | None = None  # e.g. http://127.0.0.1:9000 for a server that is not AWS
+    region: str = "us-east-1"
+    access_key: str | None = None
+    secret_key: str | None = None
+    path_style: bool = False  # bucket in the path, not the host name: what servers on localhost need
+
+    @property
+    def ssl(self) -> bool:
+        return not (self.endpoint or "").startswith("http://")
+
+
+@dataclass(frozen=True)
+class Location:
+    """A location split into scheme ('' for a plain path), authority (bucket, container@account) and path."""
+
+    scheme: str
+    authority: str
+    path: str  # no leading slash for object stores; the whole path for plain and dbfs locations
+
+    @property
+    def is_s3(self) -> bool:
+        return self.scheme in S3_SCHEMES
+
+    @property
+    def local(self) -> bool:
+        return self.scheme in ("", "file")
+
+
+def parse(location: str) -> Location:
+    """Split a location; a clear error for a scheme none of the three clients is set up for here."""
+    if "://" not in location and not location.startswith("dbfs:"):
+        return Location("", "", location)
+    url = urlparse(location)
+    scheme = url.scheme.lower()
+    if scheme not in SCHEMES:
+        raise ValueError(f"unsupported storage scheme {scheme!r} in {location!r}; expected one of {SCHEMES} "
+                         "or a plain path")
+    if scheme in ("dbfs", "file"):
+        return Location(scheme, "", url.path or "/")
+    if not url.netloc:
+        raise ValueError(f"{location!r} names no bucket or container")
+    return Location(scheme, url.netloc, url.path.lstrip("/"))
+
+
+def spark_hadoop_conf(s3: S3Settings) -> dict[str, str]:
+    """Spark settings that point Hadoop's s3a connector (and s3:// paths) at the store.
+
+    Without keys, the connector's default chain (environment, instance profile) finds them.
+    """
+    prefix = "spark.hadoop.fs.s3a."
+    conf = {
+        # s3:// resolves to a connector only on EMR; elsewhere it is the same store through s3a.
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        prefix + "endpoint.region": s3.region,
+        prefix + "path.style.access": str(s3.path_style).lower(),
+        prefix + "connection.ssl.enabled": str(s3.ssl).lower(),
+    }
+    if s3.endpoint:
+        conf[prefix + "endpoint"] = s3.endpoint
+    if s3.access_key and s3.secret_key:
+        conf[prefix + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        conf[prefix + "access.key"] = s3.access_key
+        conf[prefix + "secret.key"] = s3.secret_key
+    return conf
+
+
+def delta_storage_options(location: str, s3: S3Settings | None = None) -> dict[str, str]:
+    """delta-rs storage options for reading a table at location (empty where none are needed)."""
+    loc = parse(location)
+    if not loc.is_s3 or s3 is None:
+        return {}
+    opts = {"AWS_REGION": s3.region, "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": str(not s3.path_style).lower()}
+    if s3.endpoint:
+        opts["AWS_ENDPOINT_URL"] = s3.endpoint
+        if not s3.ssl:
+            opts["AWS_ALLOW_HTTP"] = "true"
+    if s3.access_key and s3.secret_key:
+        opts["AWS_ACCESS_KEY_ID"] = s3.access_key
+        opts["AWS_SECRET_ACCESS_KEY"] = s3.secret_key
+    return opts
+
+
+def delta_uri(location: str) -> str:
+    """The location for delta-rs: dbfs:/ as the /dbfs mount every node has, s3a:// as s3:// (delta-rs
+    takes both; s3:// is the one every S3 client knows), anything else as it is."""
+    loc = parse(location)
+    if loc.is_s3:
+        return f"s3://{loc.authority}/{loc.path}"
+    if loc.scheme == "dbfs":
+        return "/dbfs" + loc.path
+    if loc.scheme == "file":
+        return loc.path
+    return location
+
+
+def arrow_filesystem(location: str, s3: S3Settings | None = None, *, create_buckets: bool = False):
+    """A pyarrow filesystem and the path inside it for location.
+
+    create_buckets: S3 only; lets create_dir make a bucket (off by default, as in pyarrow).
+    """
+    from pyarrow import fs
+
+    loc = parse(location)
+    if loc.is_s3:
+        s3 = s3 or S3Settings()
+        kwargs = {"region": s3.region, "force_virtual_addressing": not s3.path_style,
+                  "allow_bucket_creation": create_buckets}
+        if s3.endpoint:
+            url = urlparse(s3.endpoint)
+            kwargs.update(endpoint_override=url.netloc, scheme=url.scheme or "https")
+        if s3.access_key and s3.secret_key:
+            kwargs.update(access_key=s3.access_key, secret_key=s3.secret_key)
+        return fs.S3FileSystem(**kwargs), f"{loc.authority}/{loc.path}".rstrip("/")
+    if loc.scheme == "gs":
+        return fs.GcsFileSystem(), f"{loc.authority}/{loc.path}".rstrip("/")
+    if loc.scheme == "abfss":
+        container, _, host = loc.authority.partition("@")
+        return fs.AzureFileSystem(account_name=host.split(".", 1)[0]), f"{container}/{loc.path}".rstrip("/")
+    return fs.LocalFileSystem(), delta_uri(location)
