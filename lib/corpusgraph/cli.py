@@ -124,11 +124,11 @@ def _units_for_tuning(cfg: Config, ingest: bool) -> tuple[list[dict], str]:
     rows = [] if ingest else read()
     if rows:
         return rows, f"text_units at {cfg.storage.warehouse}"
-    from .pipeline import RunContext, run_index
+    from .pipeline import RunContext, run_pipeline
 
     spark = _spark(cfg)
     try:
-        run_index(RunContext(cfg, spark, kind="index"), ["ingest", "chunk"])
+        run_pipeline(RunContext(cfg, spark, kind="index"), "prompt-tune")
     finally:
         spark.stop()
     return read(), ", ".join(cfg.ingest.inputs)

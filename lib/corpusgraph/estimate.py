@@ -123,7 +123,7 @@ def calibrate(cfg: Config, spark, text_units, n: int, folder: Path) -> Rates:
     scratch warehouse, through the normal path and the shared response cache) and measure."""
     from pyspark.sql import functions as F
 
-    from .pipeline import RunContext, run_index
+    from .pipeline import RunContext, run_pipeline
 
     ccfg = _scratch_cfg(cfg, folder)
     ctx = RunContext(ccfg, spark, kind="estimate")
@@ -131,7 +131,7 @@ def calibrate(cfg: Config, spark, text_units, n: int, folder: Path) -> Rates:
     order = F.sha2(F.concat_ws("|", F.col("unit_id"), F.lit(str(cfg.estimate.calibrate_seed))), 256)
     ctx.wh.overwrite("text_units", text_units.orderBy(order).limit(n))
     ctx.log(f"calibrating on {n} sampled units with the real model ({cfg.llm.model})")
-    results = run_index(ctx, ["extract", "resolve", "communities", "reports"])
+    results = run_pipeline(ctx, "calibrate")
     rates, _ = warehouse_rates(ctx.wh, cfg, source=f"calibrated on {n} units")
     # Resolve's LLM calls (adjudications, description summaries) leave no per-call rows in the
     # warehouse; the sample run's own accounting measures them. A sample that made none leaves the
@@ -165,7 +165,7 @@ def run_estimate(cfg: Config, spark, *, calibrate_n: int = 0, out_dir: str | Pat
 
     from .delta_io import Warehouse
     from .estimate_sample import count_prompt_tokens
-    from .pipeline import RunContext, run_index
+    from .pipeline import RunContext, run_pipeline
 
     base = Path(cfg.estimate.scratch_dir or Path(cfg.storage.cache_dir) / "estimate").resolve()
     ctx = RunContext(cfg, spark, kind="estimate")  # only for its run id; writes nothing
@@ -173,7 +173,7 @@ def run_estimate(cfg: Config, spark, *, calibrate_n: int = 0, out_dir: str | Pat
     started = datetime.now(timezone.utc)
     sctx = RunContext(_scratch_cfg(cfg, work / "corpus"), spark, kind="estimate")
     sctx.run_id = ctx.run_id
-    results = run_index(sctx, ["ingest", "chunk"])
+    results = run_pipeline(sctx, "estimate")
     units = sctx.wh.read("text_units")
     counting = ExtractCounting.of(cfg)
     counts, sampling = count_prompt_tokens(units, counting, cfg.estimate.calibrate_seed, sample_units)
