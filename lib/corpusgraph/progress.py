@@ -341,7 +341,8 @@ def spark_records(spark, stage: str, unit: str, total: int | None, source: str,
         return scan_rows(executions.read(description), description, source)
 
     try:
-        with poll(read, target, every_s):
+        # Read at least as often as lines are printed (a short interval in tests, CI logs set longer).
+        with poll(read, target, min(every_s, interval_s())):
             yield target
         # The pass finished: every row of the total is done, read or known from the listing (an
         # empty file is never read; Spark aggregates a finished query's metrics asynchronously).

@@ -16,7 +16,11 @@ from tests.spark.test_stages import _write_inputs
 
 pytestmark = pytest.mark.spark
 
-DOCS = 15_000  # six tasks of 2,500 documents on two cores: waves of seconds each even on an idle machine (3,000 took 2 s in all there and showed no mid-run value)
+# Twelve tasks of 1,250 documents on two cores: six waves. On an idle machine the whole pass took
+# about 4 s, so the bar (read every 0.5 s here, as it prints) sees the count between task ends; with
+# reads every 2 s and six tasks it once saw only the end.
+DOCS = 15_000
+TASKS = 12
 
 
 @pytest.fixture
@@ -64,7 +68,7 @@ def test_chunk_shows_documents_read_mid_task_with_rate_and_eta_and_ends_at_the_d
     cols = {"doc_id": F.format_string("d%07d", "id"), "text": text, "deleted": F.lit(False)}
     docs = spark.range(DOCS).select([cols.get(f.name, F.lit(None)).cast(f.dataType).alias(f.name)
                                      for f in spark_schema("documents")])
-    ctx.wh.overwrite("documents", docs.repartition(6))
+    ctx.wh.overwrite("documents", docs.repartition(TASKS))
     # One task per file (Spark would pack these small files into two), so the count also moves
     # at task ends, whether or not a heartbeat lands inside a task.
     spark.conf.set("spark.sql.files.openCostInBytes", str(128 << 20))
