@@ -54,7 +54,8 @@ def _spark_for(command: str, rest: Sequence[str]):
 
     args = build_parser().parse_args([command, *rest])
     overrides = dict(pair.split("=", 1) for pair in args.set)
-    return build_spark(load_config(args.conf, overrides, env=os.environ).spark, set_master=False)
+    cfg = load_config(args.conf, overrides, env=os.environ)
+    return build_spark(cfg.spark, set_master=False, storage=cfg.storage)
 
 
 def run(command: str, argv: Sequence[str]) -> int:

@@ -29,7 +29,7 @@ def _spark(cfg: Config, args=None):
     if verbose:
         extra["spark.ui.showConsoleProgress"] = "true"
     spark = build_spark(cfg.spark.model_copy(update={"extra": extra}),
-                        set_master=not getattr(args, "submitted", False))
+                        set_master=not getattr(args, "submitted", False), storage=cfg.storage)
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return spark
 

@@ -41,6 +41,7 @@ from corpusgraph.sections.runtime import (
     EmbeddingSection,
     LLMSection,
     RaySection,
+    S3Section,
     SparkSection,
     StorageSection,
 )
@@ -50,7 +51,7 @@ from corpusgraph.sections.serve import ServeKey, ServeSection
 __all__ = [
     "Config", "load_config", "ConfigError",
     "SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_EMBEDDING_MODEL", "EmbeddingSection",
-    "StorageSection", "IngestSection", "ChunkSection", "ExtractSection", "ResolveSection", "CommunitiesSection",
+    "S3Section", "StorageSection", "IngestSection", "ChunkSection", "ExtractSection", "ResolveSection", "CommunitiesSection",
     "ReportsSection", "QuerySection", "RetrievalSection", "GlobalSection", "DriftSection", "ServeKey",
     "ServeSection", "ModelPrice", "EstimateSection", "UpdateSection",
 ]

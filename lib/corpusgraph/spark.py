@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from .config import SparkSection
+from .config import SparkSection, StorageSection
 
 __all__ = ["build_spark", "jar_paths"]
 
@@ -30,16 +30,22 @@ def _uses_s3a(section: SparkSection) -> bool:
     return any(key.startswith(("spark.hadoop.fs.s3a.", "spark.hadoop.fs.s3.")) for key in section.extra)
 
 
-def build_spark(section: SparkSection, *, set_master: bool = True, local_dirs: str | None = None):
+def build_spark(section: SparkSection, *, set_master: bool = True, local_dirs: str | None = None,
+                storage: StorageSection | None = None):
     """A SparkSession with Delta enabled through spark.jars: no dependency resolution at start.
 
     set_master=False under spark-submit, where the master comes from the command line.
+    storage: where a run keeps its files; when any of them is on S3, Hadoop's s3a connector is
+    pointed at the store of storage.s3 (spark.extra still wins over what that derives).
     """
     from pyspark.sql import SparkSession
 
+    from .storage import spark_hadoop_conf
+
+    derived = spark_hadoop_conf(storage.s3.settings()) if storage is not None and storage.uses_s3() else {}
     builder = (
         SparkSession.builder.appName(section.app_name)
-        .config("spark.jars", ",".join(jar_paths(section.jars_dir, s3a=_uses_s3a(section))))
+        .config("spark.jars", ",".join(jar_paths(section.jars_dir, s3a=bool(derived) or _uses_s3a(section))))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", str(section.shuffle_partitions))
@@ -61,6 +67,6 @@ def build_spark(section: SparkSection, *, set_master: bool = True, local_dirs: s
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if local_dirs:
         builder = builder.config("spark.local.dir", local_dirs)
-    for key, value in section.extra.items():
+    for key, value in {**derived, **section.extra}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

@@ -13,11 +13,14 @@ S3-compatible server other than AWS (a test server on localhost, MinIO) needs an
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlparse
 
 __all__ = ["S3Settings", "Location", "parse", "spark_hadoop_conf", "delta_storage_options",
-           "delta_uri", "arrow_filesystem"]
+           "delta_uri", "arrow_filesystem", "join", "is_local", "local_path", "node_path", "remove_tree",
+           "spark_uri"]
 
 # Schemes that name the same S3 store: Hadoop's connector is s3a; s3 is what AWS tools and EMR write.
 S3_SCHEMES = ("s3a", "s3")
@@ -147,3 +150,52 @@ def arrow_filesystem(location: str, s3: S3Settings | None = None, *, create_buck
         container, _, host = loc.authority.partition("@")
         return fs.AzureFileSystem(account_name=host.split(".", 1)[0]), f"{container}/{loc.path}".rstrip("/")
     return fs.LocalFileSystem(), delta_uri(location)
+
+
+def is_local(location: str) -> bool:
+    """A plain path or file: URI (dbfs:/ counts as remote: Spark reads it through Hadoop)."""
+    return parse(str(location)).local
+
+
+def local_path(location: str) -> str:
+    """A local location as an absolute path (relative ones against the working folder); other
+    locations unchanged."""
+    loc = parse(str(location))
+    return str(Path(loc.path).resolve()) if loc.local else str(location)
+
+
+def join(location: str, *parts: str) -> str:
+    """location/part/...: a path join for plain paths, a '/' join for URIs."""
+    if is_local(location):
+        return str(Path(local_path(location), *parts))
+    return "/".join([str(location).rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def spark_uri(location: str) -> str:
+    """The location as Spark's Hadoop filesystems take it: s3:// as s3a:// (s3:// has a connector
+    only on EMR), plain paths absolute, anything else as it is."""
+    loc = parse(str(location))
+    if loc.is_s3:
+        return f"s3a://{loc.authority}/{loc.path}"
+    return local_path(location)
+
+
+def node_path(template: str) -> str:
+    """A node-local folder from its configured form: $VAR and ${VAR} expanded with this process's
+    environment (so each node of a cluster can put it elsewhere), then made absolute."""
+    return str(Path(os.path.expandvars(str(template))).resolve())
+
+
+def remove_tree(location: str, s3: S3Settings | None = None) -> None:
+    """Delete a folder (or prefix) and everything under it; nothing when it is not there."""
+    from pyarrow import fs as pafs
+
+    filesystem, path = arrow_filesystem(location, s3)
+    try:
+        info = filesystem.get_file_info(path)
+    except OSError:
+        return
+    if info.type == pafs.FileType.Directory:
+        filesystem.delete_dir(path)
+    elif info.type == pafs.FileType.File:
+        filesystem.delete_file(path)

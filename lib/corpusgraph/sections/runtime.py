@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_serializer, model_validator
 from corpusgraph.sections.base import Section
 
 __all__ = ["SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_EMBEDDING_MODEL",
-           "EmbeddingSection", "StorageSection"]
+           "EmbeddingSection", "S3Section", "StorageSection"]
 
 
 class SparkSection(Section):
@@ -203,9 +203,56 @@ class EmbeddingSection(Section):
         return list(self.api_bases) if self.api_bases else ([self.api_base] if self.api_base else [])
 
 
+class S3Section(Section):
+    """How every client (Spark's s3a connector, delta-rs, pyarrow) reaches an S3 store. The defaults
+    mean AWS itself, with credentials from each node's environment (AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY, or its instance profile)."""
+
+    endpoint: str | None = Field(None, description="URL of an S3-compatible server that is not AWS (MinIO, a test "
+                                 "server on localhost), e.g. http://127.0.0.1:9000; null: AWS.")
+    region: str = Field("us-east-1", description="The store's region.")
+    access_key: str | None = Field(None, description="Access key id; null: from the environment.")
+    secret_key: SecretStr | None = Field(None, description="Secret key; null: from the environment.")
+    path_style: bool = Field(False, description="Bucket in the path rather than the host name (what servers on "
+                             "localhost and MinIO need).")
+
+    @field_serializer("secret_key")
+    def _hide_secret(self, value: SecretStr | None):
+        return None if value is None else "**********"
+
+    def settings(self):
+        """The same settings as corpusgraph.storage takes them."""
+        from corpusgraph.storage import S3Settings
+
+        return S3Settings(endpoint=self.endpoint, region=self.region, access_key=self.access_key,
+                          secret_key=self.secret_key.get_secret_value() if self.secret_key else None,
+                          path_style=self.path_style)
+
+
 class StorageSection(Section):
-    warehouse: str = Field("work/warehouse", description="Folder (or URI) holding the Delta tables.")
-    index_dir: str = Field("work/index", description="Folder for FAISS files.")
-    cache_dir: str = Field("work/cache", description="LLM response cache and Spark-to-Ray hand-off files.")
+    warehouse: str = Field("work/warehouse", description="Folder or URI (s3a://, s3://, abfss://, gs://, dbfs:/) "
+                           "holding the Delta tables.")
+    index_dir: str = Field("work/index", description="Folder or URI for the FAISS files.")
+    cache_dir: str = Field("work/cache", description="A local folder on each machine: the LLM response caches (an "
+                           "accelerator per node, never the only record of paid answers) and the embedded server's "
+                           "log; ${VAR} and $VAR are expanded on each node. Also the run folder when run_dir is null.")
+    run_dir: str | None = Field(None, description="Folder or URI that the driver and every Spark and Ray node read and "
+                                "write during a run: the Spark-to-Ray hand-off files and the durable record of LLM "
+                                "progress (Parquet shards of finished answers). null: <cache_dir>, which then must "
+                                "be one folder every node shares (one machine, or a shared filesystem).")
+    s3: S3Section = Field(default_factory=S3Section)
     run_lock_stale_s: float = Field(600.0, gt=0, description="A run lock (<warehouse>/_run.lock) whose heartbeat is "
                                     "older than this is taken over; on this host, a dead holder's lock at once.")
+
+    def shared_dir(self) -> str:
+        """Where the run's shared files go: run_dir, else the local cache folder."""
+        return self.run_dir or self.cache_dir
+
+    def locations(self) -> list[str]:
+        return [self.warehouse, self.index_dir, self.shared_dir()]
+
+    def uses_s3(self) -> bool:
+        """Whether any location this config names is on S3 (Spark then needs the s3a connector)."""
+        from corpusgraph.storage import parse
+
+        return any(parse(loc).is_s3 for loc in self.locations())
