@@ -85,9 +85,9 @@ def _embed_pending(st: StageContext, pending, sec: EmbeddingSection, ray: RaySec
         return 0, result
     st.log(f"  embed: {n} items to {sec.model} ({sec.backend})")
     out_path = st.handoff("out")
-    run_embed_task(st.handoff("in"), out_path, ray_section=ray, embedding=sec, cache_dir=str(st.cache_dir),
-                   work=Work("embed", "vectors", n))
-    out = st.spark.read.parquet(out_path)
+    run_embed_task(st.handoff("in"), out_path, ray_section=ray, embedding=sec, cache_dir=st.node_cache_dir,
+                   work=Work("embed", "vectors", n), s3=st.s3)
+    out = st.spark.read.parquet(st.spark_location(out_path))
     cols = [f.name for f in spark_schema("embeddings").fields]
     st.tables.merge("embeddings", out.where(F.col("error").isNull()).select(*cols))
     as_int = lambda c: F.sum(F.col(c).cast("long"))  # noqa: E731

@@ -1,8 +1,12 @@
 """The Spark -> Parquet -> Ray -> Parquet pass of an LLM stage, written once for every stage.
 
-Spark writes the rows to send into the stage's hand-off folder; Ray actors (ray_runner.py) turn
-them into output rows next to it; the driver reads back only the bookkeeping columns for the
-stage's usage, and the caller merges the output frame into its Delta table. Writing a frame out
+Spark writes the rows to send into the stage's hand-off folder under `storage.run_dir` (a local
+folder or an object-store URI), each with a key (`_unit`, a hash of the row). Ray actors
+(ray_runner.py) answer them and write each answered batch as a Parquet shard into the pass's
+durable progress folder (shards.py). A rerun after any crash sends only the rows with no
+successful answer there; the pass's output is read back from the shards of every attempt, one
+row per key. The driver reads back only counts and usage sums; the caller merges the output frame
+into its Delta table, after which the runner removes the progress folder. Writing a frame out
 and reading it back also cuts its lineage, so the steps use `save` for any intermediate frame
 they read more than once.
 """
@@ -11,11 +15,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pyarrow import fs as pafs
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
+from . import storage
 from .config import LLMSection, RaySection
 from .llm.base import Usage
 from .progress import Work
-from .ray_runner import output_usage, run_llm_task
+from .ray_runner import run_llm_task
 from .run import StageContext
+from .shards import ATTEMPT, UNIT, WRITTEN, fingerprint
 
 __all__ = ["LLMPass", "save", "to_model", "llm_pass"]
 
@@ -23,22 +33,69 @@ __all__ = ["LLMPass", "save", "to_model", "llm_pass"]
 def save(st: StageContext, df, part: str):
     """df written to the stage's hand-off folder `part` and read back (computed once, from here on
     a plain Parquet scan)."""
-    path = st.handoff(part)
+    path = st.spark_location(st.handoff(part))
     df.write.mode("overwrite").parquet(path)
     return st.spark.read.parquet(path)
+
+
+def _shards(st: StageContext, folder: str):
+    """The shards written so far into a progress folder, or None when there are none."""
+    fs, path = storage.arrow_filesystem(folder, st.s3)
+    listed = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    if not any(i.type == pafs.FileType.File and i.base_name.endswith(".parquet") and
+               not i.base_name.startswith((".", "_")) for i in listed):
+        return None
+    return st.spark.read.parquet(st.spark_location(folder))
+
+
+def _usage(out, llm: LLMSection, attempt: str) -> Usage:
+    """The pass's accounting, summed by Spark from the bookkeeping columns of its output rows:
+    a row paid for by an earlier attempt counts as a cache hit of this one."""
+    paid = (~F.coalesce(F.col("llm_cached"), F.lit(False))) & (F.col(ATTEMPT) == F.lit(attempt))
+    batch = paid & F.coalesce(F.col("llm_batch"), F.lit(False))
+    failed = paid & F.coalesce(F.col("llm_failed"), F.lit(False))
+    s = lambda c, when: F.sum(F.when(when, F.coalesce(F.col(c), F.lit(0))).otherwise(0))  # noqa: E731
+    n = lambda when: F.sum(when.cast("long"))  # noqa: E731
+    r = out.agg(F.count("*").alias("rows"), n(paid).alias("calls"), n(failed).alias("errors"),
+                s("llm_tokens_in", paid).alias("tin"), s("llm_tokens_out", paid).alias("tout"),
+                s("llm_tokens_in", batch).alias("bin"), s("llm_tokens_out", batch).alias("bout")).first()
+    calls, tin, tout, bin_, bout = (int(r[k] or 0) for k in ("calls", "tin", "tout", "bin", "bout"))
+    return Usage(calls=calls, tokens_in=tin, tokens_out=tout, cache_hits=int(r["rows"] or 0) - calls,
+                 errors=int(r["errors"] or 0), usd=llm.usd(tin - bin_, tout - bout) + llm.usd(bin_, bout, batch=True))
 
 
 def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray: RaySection, label: str,
              unit: str = "LLM calls"):
     """The n rows saved at hand-off `part` through `task` on Ray; (output frame, usage).
 
-    label and unit: the progress bar's, whose total is n."""
-    out_path = st.handoff(part + "-out")
-    run_llm_task(task, st.handoff(part), out_path, llm=llm, ray_section=ray, cache_dir=str(st.cache_dir),
-                 base_url=st.llm_base_url(), work=Work(label, unit, n))
-    usage, nbytes = output_usage(out_path, llm)
-    st.note_collected(nbytes)
-    return st.spark.read.parquet(out_path), usage
+    Rows that an earlier attempt of this pass answered (durable in its progress folder) are not
+    sent again. label and unit: the progress bar's."""
+    inputs = st.spark.read.parquet(st.spark_location(st.handoff(part)))
+    keyed = inputs.withColumn(UNIT, F.sha2(F.to_json(F.struct(*[F.col(c) for c in inputs.columns])), 256))
+    folder = st.progress_dir(part, fingerprint(task, llm.model, llm.temperature))
+    earlier = _shards(st, folder)
+    pending = keyed
+    if earlier is not None:
+        done = earlier.where(~F.coalesce(F.col("llm_failed"), F.lit(False))).select(UNIT)
+        pending = keyed.join(done.distinct(), UNIT, "left_anti")
+    pending_at = st.handoff(part + "-pending")
+    pending = save(st, pending, part + "-pending")
+    todo = pending.count()
+    if todo < n:
+        st.log(f"  {st.name}: {n - todo} of {n} rows already answered by an earlier attempt (durable under {folder})")
+    if todo:
+        run_llm_task(task, pending_at, folder, llm=llm, ray_section=ray, cache_dir=st.node_cache_dir,
+                     base_url=st.llm_base_url(), work=Work(label, unit, todo), s3=st.s3, attempt=st.run_id)
+    shards = _shards(st, folder)
+    if shards is None:
+        raise RuntimeError(f"{st.name}: the LLM pass {part!r} wrote no output under {folder}")
+    # One row per key: a successful answer over a failed one, the latest over older ones; only
+    # keys of this pass's input (an earlier attempt may have answered rows no longer pending).
+    best = Window.partitionBy(UNIT).orderBy(F.coalesce(F.col("llm_failed"), F.lit(False)).asc(), F.col(WRITTEN).desc())
+    out = (shards.join(keyed.select(UNIT), UNIT, "left_semi")
+           .withColumn("_pick", F.row_number().over(best)).where(F.col("_pick") == 1).drop("_pick"))
+    out = save(st, out, part + "-out")
+    return out.drop(UNIT, ATTEMPT, WRITTEN), _usage(out, llm, st.run_id)
 
 
 @dataclass

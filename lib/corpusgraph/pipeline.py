@@ -75,7 +75,9 @@ def run_stage(ctx: RunContext, name: str) -> StageResult:
 
 def _call(ctx: RunContext, stage: Stage) -> StageResult:
     sc = ctx.stage(stage.recorded_as, reads=stage.reads, writes=stage.writes)
-    return stage.step(sc, **{s: getattr(ctx.cfg, s) for s in stage.sections})
+    result = stage.step(sc, **{s: getattr(ctx.cfg, s) for s in stage.sections})
+    ctx.finish_stage()  # committed: the durable progress of its LLM passes is in Delta now
+    return result
 
 
 @holding_run_lock  # one run at a time per warehouse; a second refuses naming the first (runlock.py)

@@ -8,10 +8,10 @@ import asyncio
 
 import pyarrow as pa
 
-from . import progress
+from . import progress, storage
 from .config import EmbeddingSection, RaySection
 from .ray_pass import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, EMBED_ACTOR_CPUS, IO_CPUS, LLM_ACTOR_CPUS, Tally, clear,
-                       init_ray, num_blocks, progress_feed)
+                       init_ray, num_blocks, parquet_rows, progress_feed)
 
 __all__ = ["EMBED_META", "run_embed_task"]
 
@@ -29,7 +29,7 @@ class _EmbedWorker:
     def __init__(self, section: EmbeddingSection, cache_dir: str | None, progress_to=None):
         from .llm.embedders import open_embedder
 
-        self.embedder = open_embedder(section, cache_dir)
+        self.embedder = open_embedder(section, storage.node_path(cache_dir) if cache_dir else None)
         self.model = section.model
         self.tally = Tally(progress_to) if progress_to is not None else None
 
@@ -76,8 +76,10 @@ class _EmbedWorker:
 
 
 def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, embedding: EmbeddingSection,
-                   cache_dir: str | None, work: progress.Work | None = None) -> None:
+                   cache_dir: str | None, work: progress.Work | None = None,
+                   s3: storage.S3Settings | None = None) -> None:
     """Rows (kind, id, text, text_hash) at in_path -> embeddings rows (plus EMBED_META) at out_path, on Ray.
+    Either may be a URI (s3: how to reach an S3 store); cache_dir is each node's local cache.
 
     bundled: one actor computing in numpy. openai: `ray.actors` actors, each keeping
     `embedding.concurrency` requests in flight over overlapping batches.
@@ -87,9 +89,11 @@ def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, embe
     init_ray(ray_section)
     http = embedding.backend == "openai"
     batch = embedding.batch_size * (max(2, embedding.concurrency) if http else 4)
-    ds = ray.data.read_parquet(in_path, num_cpus=IO_CPUS,
-                               override_num_blocks=num_blocks(in_path, batch * BATCHES_PER_BLOCK))
-    with progress_feed(work, out_path) as progress_to:
+    fs, path = storage.arrow_filesystem(in_path, s3)
+    ds = ray.data.read_parquet(path, filesystem=fs, num_cpus=IO_CPUS,
+                               override_num_blocks=num_blocks(in_path, batch * BATCHES_PER_BLOCK, s3))
+    out_fs, out_where = storage.arrow_filesystem(out_path, s3)
+    with progress_feed(work, lambda: parquet_rows(out_path, s3)) as progress_to:
         ds = ds.map_batches(
             _EmbedWorker,
             fn_constructor_kwargs={"section": embedding, "cache_dir": cache_dir, "progress_to": progress_to},
@@ -100,5 +104,5 @@ def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, embe
             # An HTTP embedder waits on the server; the bundled one computes in the actor.
             num_cpus=LLM_ACTOR_CPUS if http else EMBED_ACTOR_CPUS,
         )
-        clear(out_path)
-        ds.write_parquet(out_path, ray_remote_args={"num_cpus": IO_CPUS})
+        clear(out_path, s3)
+        ds.write_parquet(out_where, filesystem=out_fs, ray_remote_args={"num_cpus": IO_CPUS})

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
+from typing import Callable
 
-from . import progress
+from . import progress, storage
 from .config import RaySection
 
-__all__ = ["init_ray", "progress_feed", "Tally", "num_blocks", "clear", "IO_CPUS", "LLM_ACTOR_CPUS",
+__all__ = ["init_ray", "progress_feed", "Tally", "num_blocks", "parquet_rows", "row_keys", "clear", "IO_CPUS", "LLM_ACTOR_CPUS",
            "EMBED_ACTOR_CPUS", "BATCHES_PER_BLOCK", "BLOCKS_PER_ACTOR"]
 
 
@@ -130,10 +132,10 @@ class Tally:
 
 
 @contextlib.contextmanager
-def progress_feed(work: progress.Work | None, out_path: str):
+def progress_feed(work: progress.Work | None, finished: Callable[[], int]):
     """(counter, key) for the workers of one task run, and its bar fed from the counter on the
     driver for the `with` block; (None) when the caller asked for no bar. When the block ends
-    well, the bar's last count is the rows written to out_path (from the Parquet footers)."""
+    well, the bar's last count is `finished()` (the rows the pass wrote)."""
     if work is None:
         yield None
         return
@@ -147,9 +149,7 @@ def progress_feed(work: progress.Work | None, out_path: str):
             yield (counter, key)
         failed = False
         with contextlib.suppress(Exception):
-            import pyarrow.dataset as pads
-
-            bar.set(pads.dataset(out_path, format="parquet").count_rows())
+            bar.set(finished())
     finally:
         bar.close(failed=failed)
         with contextlib.suppress(Exception):
@@ -176,16 +176,27 @@ BATCHES_PER_BLOCK = 2
 BLOCKS_PER_ACTOR = 2
 
 
-def num_blocks(in_path: str, rows_per_block: int) -> int:
-    """Blocks for the rows at in_path (counted from the Parquet footers, no data read)."""
+def parquet_rows(location: str, s3: storage.S3Settings | None = None) -> int:
+    """Rows of the Parquet files at location (from their footers, no data read)."""
     import pyarrow.dataset as pads
 
-    rows = pads.dataset(in_path, format="parquet").count_rows()
-    return max(1, -(-rows // rows_per_block))
+    fs, path = storage.arrow_filesystem(location, s3)
+    return pads.dataset(path, filesystem=fs, format="parquet").count_rows()
 
 
-def clear(out_path: str) -> None:
-    """Remove a local output folder first: Ray adds files next to any already there, and outputs
+def num_blocks(in_path: str, rows_per_block: int, s3: storage.S3Settings | None = None) -> int:
+    """Blocks for the rows at in_path (counted from the Parquet footers, no data read)."""
+    return max(1, -(-parquet_rows(in_path, s3) // rows_per_block))
+
+
+def row_keys(batch) -> list[str]:
+    """A key per row for rows handed in without one (the pipeline's hand-offs carry Spark's
+    `_unit`): a hash of the row's JSON."""
+    return [hashlib.sha256(json.dumps(r, sort_keys=True, default=str).encode()).hexdigest()
+            for r in batch.to_pylist()]
+
+
+def clear(out_path: str, s3: storage.S3Settings | None = None) -> None:
+    """Remove an output folder first: Ray adds files next to any already there, and outputs
     left by an earlier pass of the same run would be read back (and counted) with this one's."""
-    if "://" not in str(out_path):
-        shutil.rmtree(out_path, ignore_errors=True)
+    storage.remove_tree(out_path, s3)

@@ -1,9 +1,11 @@
 """Runs an LLM task over rows handed off by Spark through storage, on Ray actors.
 
-Spark writes the pending rows as Parquet; `ray.data` reads them, a pool of actors each owning
-one chat client (with its own requests in flight and the shared on-disk response cache) turns
-batches into output rows, and the rows are written back as Parquet for Spark to merge into
-Delta. Usage is counted from the output rows, so it is right however many actors ran.
+Spark writes the pending rows as Parquet (a local folder or an object-store URI); `ray.data`
+reads them, a pool of actors each owning one chat client (with its own requests in flight and
+its node's response cache) turns batches into output rows, and each actor writes every answered
+batch as one Parquet shard into the pass's progress folder (shards.py) the moment it is done:
+that folder is the pass's output and its durable record. Usage is counted from the output rows,
+so it is right however many actors ran.
 """
 
 from __future__ import annotations
@@ -14,20 +16,21 @@ from typing import Protocol, Sequence
 
 import pyarrow as pa
 
-from . import progress
+from . import progress, storage
 from .config import LLMSection, RaySection
 from .llm.base import ChatRequest, ChatResult, Usage
+from .shards import COLUMNS as SHARD_COLUMNS, UNIT, ShardSink
 # The embedding pass and Ray's start-up stay importable here for today's callers.
 from .ray_embed import EMBED_META, run_embed_task
-from .ray_pass import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, IO_CPUS, LLM_ACTOR_CPUS, Tally, clear, init_ray,
-                       num_blocks, progress_feed)
+from .ray_pass import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, IO_CPUS, LLM_ACTOR_CPUS, Tally, init_ray, num_blocks,
+                       progress_feed, row_keys)
 
 __all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "run_embed_task",
-           "EMBED_META"]
+           "EMBED_META", "META"]
 
 # Bookkeeping columns added to every output row and dropped before the Delta write (llm_batch:
 # answered through the batch API, priced at llm.batch.price_factor).
-_META = [("llm_cached", pa.bool_()), ("llm_failed", pa.bool_()), ("llm_seconds", pa.float64()),
+META = [("llm_cached", pa.bool_()), ("llm_failed", pa.bool_()), ("llm_seconds", pa.float64()),
          ("llm_tokens_in", pa.int64()), ("llm_tokens_out", pa.int64()), ("llm_batch", pa.bool_())]
 
 
@@ -51,12 +54,15 @@ class _LLMWorker:
     """
 
     def __init__(self, task: LLMTask, llm: LLMSection, cache_dir: str, base_url: str | None, batch: bool = False,
-                 progress_to=None):
+                 progress_to=None, sink: ShardSink | None = None):
         from .llm.factory import open_chat_model
 
-        self.task, self.batch = task, batch
-        self.chat = open_chat_model(llm, cache_dir, base_url=base_url, batch=batch)
-        self.schema = pa.schema(list(task.output_schema) + [pa.field(n, t) for n, t in _META])
+        self.task, self.batch, self.sink = task, batch, sink
+        self.unwritten: list[tuple[pa.Table, str]] = []  # answered rows and their keys, for the next shard
+        # The response cache is this node's own (a cluster's nodes share no folder): cache_dir
+        # is expanded ($VAR) and made absolute here, on the node.
+        self.chat = open_chat_model(llm, storage.node_path(cache_dir), base_url=base_url, batch=batch)
+        self.schema = pa.schema(list(task.output_schema) + [pa.field(n, t) for n, t in META])
         # Progress: every answer (or cache hit) as it comes, where the client tells of each one
         # (on_result); else each batch when it is done.
         self.tally = Tally(progress_to) if progress_to is not None else None
@@ -65,18 +71,49 @@ class _LLMWorker:
             self.chat.on_result = lambda: self.tally.add(1)
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
+        units = batch.column(UNIT).to_pylist() if UNIT in batch.column_names else row_keys(batch)
+        if UNIT in batch.column_names:
+            batch = batch.drop_columns([UNIT])
         rows = batch.to_pylist()
         requests = self.task.requests(rows)
         acomplete = getattr(self.chat, "acomplete", None)
-        if acomplete is not None:
+        if acomplete is not None and self.sink is not None:
+            # Each answer joins the actor's unwritten rows as it comes, and they become a shard
+            # once a batch's worth has gathered: a crash loses at most about one batch per actor
+            # of answers (the node's response cache keeps those where the node survives).
+            async def one(i: int) -> ChatResult:
+                (res,) = await acomplete([requests[i]])
+                await self._answered(self.table([rows[i]], [res]), units[i], flush_at=len(rows))
+                return res
+
+            results = await asyncio.gather(*(one(i) for i in range(len(rows))))
+        elif acomplete is not None:
             results = await acomplete(requests)
         else:  # a client without an async API: keep the loop free for the other batches
             results = await asyncio.to_thread(self.chat.complete, requests)
+            if self.sink is not None:
+                for i, res in enumerate(results):
+                    await self._answered(self.table([rows[i]], [res]), units[i], flush_at=len(rows))
+        if self.sink is not None:
+            await self._flush()  # this batch is durable before it counts as done
         if self.tally is not None:
             if not self.per_request:
                 self.tally.add(len(rows))
             await self.tally.settle()
-        return self.table(rows, results)
+        return pa.table({"rows": pa.array([len(rows)], pa.int64())})
+
+    async def _answered(self, row: pa.Table, unit: str, flush_at: int) -> None:
+        self.unwritten.append((row, unit))
+        if len(self.unwritten) >= flush_at:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        """Write the answered rows not yet in a shard as one shard (the event loop hands the list
+        over at once, so two flushes never write the same row)."""
+        taken, self.unwritten = self.unwritten, []
+        if taken:
+            table = pa.concat_tables([t for t, _ in taken])
+            await asyncio.to_thread(self.sink.write, self.sink.stamp(table, [u for _, u in taken]))
 
     def table(self, rows: list[dict], results: Sequence[ChatResult]) -> pa.Table:
         out = self.task.outputs(rows, results)
@@ -96,28 +133,37 @@ def run_llm_task(
     cache_dir: str,
     base_url: str | None,
     work: progress.Work | None = None,
-) -> None:
-    """Rows at in_path (Parquet) -> task outputs at out_path (Parquet), on Ray actors (or, for a
-    stage llm.batch.stages names under llm.backend openai_batch, through the batch API).
+    s3: storage.S3Settings | None = None,
+    attempt: str = "run",
+) -> int:
+    """Rows at in_path (Parquet) -> task outputs as shards in out_path (its progress folder), on
+    Ray actors (or, for a stage llm.batch.stages names under llm.backend openai_batch, through the
+    batch API). Both locations may be URIs (s3: how to reach an S3 store); cache_dir is each
+    node's local response cache. Shards already in out_path (an earlier attempt's) stay; the
+    caller decides which input rows still need sending. Returns the rows answered.
 
-    work: the bar to show (label, unit, total rows), fed from the driver as rows finish."""
+    work: the bar to show (label, unit, total rows), fed from the driver as rows finish.
+    attempt: names this attempt's shards (the run id)."""
+    sink = ShardSink(out_path, s3, attempt)
     if llm.batched(task.stage):
-        return _run_batched(task, in_path, out_path, llm=llm, cache_dir=cache_dir, base_url=base_url, work=work)
+        return _run_batched(task, in_path, sink, llm=llm, cache_dir=cache_dir, base_url=base_url, work=work, s3=s3)
     import ray
 
     init_ray(ray_section)
     # A batch of `concurrency` rows fills the actor's slots once; the overlap of batches and
     # blocks (see _LLMWorker) queues the next ones behind it.
     batch = max(8, llm.concurrency)
+    fs, path = storage.arrow_filesystem(in_path, s3)
     # The read cuts the rows into blocks of about two batches itself; a repartition operator
     # would add a task that claims a whole CPU (no argument reaches it).
-    ds = ray.data.read_parquet(in_path, num_cpus=IO_CPUS,
-                               override_num_blocks=num_blocks(in_path, batch * BATCHES_PER_BLOCK))
-    with progress_feed(work, out_path) as progress_to:
+    ds = ray.data.read_parquet(path, filesystem=fs, num_cpus=IO_CPUS,
+                               override_num_blocks=num_blocks(in_path, batch * BATCHES_PER_BLOCK, s3))
+    answered = [0]
+    with progress_feed(work, lambda: answered[0]) as progress_to:
         ds = ds.map_batches(
             _LLMWorker,
             fn_constructor_kwargs={"task": task, "llm": llm, "cache_dir": cache_dir, "base_url": base_url,
-                                   "progress_to": progress_to},
+                                   "progress_to": progress_to, "sink": sink},
             batch_size=batch,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=ray_section.actors,
@@ -127,31 +173,32 @@ def run_llm_task(
             num_cpus=LLM_ACTOR_CPUS,
             **({"num_gpus": ray_section.num_gpus_per_actor} if ray_section.num_gpus_per_actor else {}),
         )
-        clear(out_path)
-        ds.write_parquet(out_path, ray_remote_args={"num_cpus": IO_CPUS})
+        # The actors write the answers; what comes back is one count per batch.
+        answered[0] = int(sum(b["rows"].sum() for b in ds.iter_batches(batch_format="numpy", batch_size=None)))
+    return answered[0]
 
 
-def _run_batched(task: LLMTask, in_path: str, out_path: str, *, llm: LLMSection, cache_dir: str,
-                 base_url: str | None, work: progress.Work | None = None) -> None:
+def _run_batched(task: LLMTask, in_path: str, sink: ShardSink, *, llm: LLMSection, cache_dir: str,
+                 base_url: str | None, work: progress.Work | None = None, s3=None) -> int:
     """llm.backend openai_batch: the rows go to the batch API from this process, which only uploads
     and polls (the model runs on the server). Rows are read llm.batch.max_lines at a time, twice:
     every chunk is submitted first, so the batches run side by side, then each chunk's answers are
-    awaited and its output rows written. Same outputs and bookkeeping as the actors write."""
+    awaited and written as one shard. Same outputs and bookkeeping as the actors write."""
     import pyarrow.dataset as pads
-    import pyarrow.parquet as pq
 
     worker = _LLMWorker(task, llm, cache_dir, base_url, batch=True)
-    chunks = lambda: _row_chunks(pads.dataset(in_path, format="parquet"), llm.batch.max_lines)  # noqa: E731
+    fs, path = storage.arrow_filesystem(in_path, s3)
+    chunks = lambda: _row_chunks(pads.dataset(path, filesystem=fs, format="parquet"), llm.batch.max_lines)  # noqa: E731
     bar = progress.bar(work.label, work.unit, work.total) if work is not None else None
-    failed = True
+    failed, answered = True, 0
     try:
         for rows in chunks():
-            worker.chat.submit(task.requests(rows))
-        clear(out_path)
-        Path(out_path).mkdir(parents=True, exist_ok=True)
-        for i, rows in enumerate(chunks()):
-            pq.write_table(worker.table(rows, worker.chat.complete(task.requests(rows))),
-                           str(Path(out_path) / f"part-{i:05d}.parquet"))
+            worker.chat.submit(task.requests(_strip(rows)))
+        for rows in chunks():
+            units = [r[UNIT] for r in rows] if rows and UNIT in rows[0] else row_keys(pa.Table.from_pylist(rows))
+            rows = _strip(rows)
+            sink.write(sink.stamp(worker.table(rows, worker.chat.complete(task.requests(rows))), units))
+            answered += len(rows)
             if bar is not None:  # a chunk's answers are all collected: its rows are done
                 bar.update(len(rows))
         failed = False
@@ -159,6 +206,11 @@ def _run_batched(task: LLMTask, in_path: str, out_path: str, *, llm: LLMSection,
         worker.chat.close()
         if bar is not None:
             bar.close(failed=failed)
+    return answered
+
+
+def _strip(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != UNIT} for r in rows]
 
 
 def _row_chunks(ds, size: int):
@@ -173,14 +225,15 @@ def _row_chunks(ds, size: int):
         yield buf
 
 
-def output_usage(path: str | Path, llm: LLMSection) -> tuple[Usage, int]:
+def output_usage(path: str | Path, llm: LLMSection, s3: storage.S3Settings | None = None) -> tuple[Usage, int]:
     """A task's accounting from its Parquet output, reading only the bookkeeping columns (the
     answers never come to the driver); also the bytes that were read."""
     import pyarrow.compute as pc
     import pyarrow.dataset as pads
 
-    ds = pads.dataset(str(path), format="parquet")
-    tbl = ds.to_table(columns=[n for n, _ in _META if n in ds.schema.names])
+    fs, where = storage.arrow_filesystem(str(path), s3)
+    ds = pads.dataset(where, filesystem=fs, format="parquet")
+    tbl = ds.to_table(columns=[n for n, _ in META if n in ds.schema.names])
     if "llm_batch" not in tbl.column_names:  # written before the batch backend
         tbl = tbl.append_column("llm_batch", pa.array([False] * tbl.num_rows, pa.bool_()))
     paid = pc.invert(pc.fill_null(tbl.column("llm_cached"), False))
@@ -206,4 +259,5 @@ def usage_from_outputs(path: str | Path, llm: LLMSection) -> tuple[Usage, pa.Tab
 
     usage, _ = output_usage(path, llm)
     tbl = pads.dataset(str(path), format="parquet").to_table()
-    return usage, tbl.drop_columns([n for n, _ in _META if n in tbl.column_names])
+    meta = [n for n, _ in META + SHARD_COLUMNS]
+    return usage, tbl.drop_columns([n for n in meta if n in tbl.column_names])

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Mapping, TextIO
 
-from . import progress
+from . import progress, storage
 from .config import Config
 from .delta_io import Warehouse
 from .llm.base import Usage
@@ -41,8 +41,15 @@ class RunContext:
         self.wh = Warehouse(spark, cfg.storage.warehouse)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
         self.run_id = f"{kind}-{stamp}-{secrets.token_hex(3)}"
-        self.cache_dir = Path(cfg.storage.cache_dir).resolve()
+        # This machine's local cache folder; the actors of other nodes open their own (node_path).
+        self.cache_dir = Path(storage.node_path(cfg.storage.cache_dir))
         self.cache_dir.mkdir(parents=True, exist_ok=True)
+        # Where hand-off files and durable LLM progress go: a folder or URI every node reaches.
+        shared = cfg.storage.shared_dir()
+        self.shared_dir = storage.node_path(shared) if storage.is_local(shared) else shared
+        self.s3 = cfg.storage.s3.settings()
+        # Progress folders of the running stage, removed once it has committed (finish_stage).
+        self.progress_dirs: list[str] = []
         self.results: dict[str, StageResult] = {}
         self.collected_bytes = 0  # brought to the driver by the running stage (see note_collected)
         self.endpoint = ChatEndpoint(cfg.llm, self.cache_dir / "embedded-server.log", log=self.log)
@@ -56,8 +63,25 @@ class RunContext:
         self.collected_bytes += int(nbytes)
 
     def handoff(self, stage: str, part: str) -> str:
-        """A fresh folder for Spark <-> Ray exchange files of this run."""
-        return str(self.cache_dir / "handoff" / self.run_id / stage / part)
+        """A fresh folder (or URI) for Spark <-> Ray exchange files of this run."""
+        return storage.join(self.shared_dir, "handoff", self.run_id, stage, part)
+
+    def progress_dir(self, stage: str, part: str, fingerprint: str) -> str:
+        """The durable progress folder of one LLM pass: not the run's, so that a rerun after a
+        crash finds what the crashed attempt finished (shards.py)."""
+        path = storage.join(self.shared_dir, "progress", stage, part, fingerprint)
+        self.progress_dirs.append(path)
+        return path
+
+    def finish_stage(self) -> None:
+        """The running stage has committed its output: its progress folders are no longer needed."""
+        dirs, self.progress_dirs = self.progress_dirs, []
+        for path in dict.fromkeys(dirs):
+            storage.remove_tree(path, self.s3)
+
+    def spark_location(self, location: str) -> str:
+        """A hand-off location as Spark names it (s3a:// for S3)."""
+        return storage.spark_uri(location)
 
     def llm_base_url(self) -> str | None:
         """The endpoint LLM workers call; a run with nothing to send never starts a server."""
@@ -119,7 +143,11 @@ class StageContext:
     def __init__(self, run: RunContext, name: str, tables: StageTables):
         self.name, self.tables, self._run = name, tables, run
         self.spark, self.run_id, self.cache_dir = run.spark, run.run_id, run.cache_dir
-        self.log, self.note_collected = run.log, run.note_collected
+        self.log, self.note_collected, self.s3 = run.log, run.note_collected, run.s3
+        # The cache folder as each node's actors open it ($VAR expanded there): the configured
+        # form when it names a variable, else this machine's absolute path.
+        configured = run.cfg.storage.cache_dir
+        self.node_cache_dir = configured if "$" in configured else str(run.cache_dir)
 
     @property
     def earlier(self) -> Mapping[str, StageResult]:
@@ -127,6 +155,12 @@ class StageContext:
 
     def handoff(self, part: str) -> str:
         return self._run.handoff(self.name, part)
+
+    def progress_dir(self, part: str, fingerprint: str) -> str:
+        return self._run.progress_dir(self.name, part, fingerprint)
+
+    def spark_location(self, location: str) -> str:
+        return self._run.spark_location(location)
 
     def llm_base_url(self) -> str | None:
         return self._run.llm_base_url()

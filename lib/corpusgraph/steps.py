@@ -154,7 +154,7 @@ def _extract_fast(st: StageContext, sec: ExtractSection) -> StageResult:
         st.log(f"  extract: {sent} units through spaCy ({model})")
         # Every core gets a share; each Python worker loads the spaCy model once and keeps it.
         parts = max(1, min(sent, st.spark.sparkContext.defaultParallelism))
-        out_path = st.handoff("fast-out")
+        out_path = st.spark_location(st.handoff("fast-out"))
         extract_fast_stage.extract_units(pending.repartition(parts), sec, st.run_id) \
             .write.mode("overwrite").parquet(out_path)
         st.tables.merge("extractions", st.spark.read.schema(spark_schema("extractions")).parquet(out_path))
@@ -263,7 +263,7 @@ def _report_pass(st: StageContext, pending, task, table: str, part: str, *, llm:
     """Pending report rows to the model and the answers merged into `table`; (usage, rows sent)."""
     done = llm_pass(st, task, pending, part, llm=llm, ray=ray, label=label, unit=unit)
     if done.sent:  # read with the table's schema: the bookkeeping columns stay behind
-        st.tables.merge(table, st.spark.read.schema(spark_schema(table)).parquet(st.handoff(part + "-out")))
+        st.tables.merge(table, done.out.select(*[F.col(f.name).cast(f.dataType) for f in spark_schema(table).fields]))
     return done.usage, done.sent
 
 

@@ -149,7 +149,7 @@ def arrow_filesystem(location: str, s3: S3Settings | None = None, *, create_buck
     if loc.scheme == "abfss":
         container, _, host = loc.authority.partition("@")
         return fs.AzureFileSystem(account_name=host.split(".", 1)[0]), f"{container}/{loc.path}".rstrip("/")
-    return fs.LocalFileSystem(), delta_uri(location)
+    return fs.LocalFileSystem(), local_path(delta_uri(location))
 
 
 def is_local(location: str) -> bool:

@@ -37,7 +37,7 @@ def open_chat_model(llm: LLMSection, cache_dir: str | Path, base_url: str | None
     The concurrency, per-endpoint and tokens-per-minute limits hold per returned client, i.e.
     per process (per Ray actor).
     """
-    cache = ResponseCache(Path(cache_dir) / CACHE_FILE)
+    cache = ResponseCache(Path(cache_dir) / CACHE_FILE) if llm.cache else None
     common = dict(model=llm.model, cache=cache, **client_limits(llm))
     if llm.backend == "embedded":
         if not base_url:

@@ -101,6 +101,9 @@ class LLMSection(Section):
     timeout_s: float = Field(180.0, gt=0, description="Per-request timeout.")
     max_retries: int = Field(3, ge=0, description="Retries on 429, 5xx and timeouts, with backoff and jitter.")
     temperature: float = Field(0.0, ge=0.0, description="Sampling temperature; 0 keeps runs repeatable.")
+    cache: bool = Field(True, description="Keep answers in each node's response cache (<cache_dir>/llm_cache.sqlite), "
+                        "so a request asked again is not paid again. false: no cache; an interrupted pass still "
+                        "resumes from its durable shards under storage.run_dir.")
     usd_per_1k_in: float = Field(0.0, ge=0.0, description="Price of 1,000 input tokens (0 for local models).")
     usd_per_1k_out: float = Field(0.0, ge=0.0, description="Price of 1,000 output tokens.")
 
