@@ -19,6 +19,7 @@ socket paths under it must stay under 107 bytes.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import threading
 import time
@@ -95,6 +96,11 @@ def _start(section: RaySection, spark) -> str:
     import ray
     from ray.util.spark import setup_ray_cluster
 
+    if importlib.util.find_spec("grpc") is None:
+        # Ray on Spark always starts a Ray Client server on the head, and `ray start` refuses
+        # that option without the client extra; say so before the head fails 20 s later.
+        raise RuntimeError("ray.address 'spark' needs Ray's client extra on the driver: "
+                           "pip install 'ray[data,client]==" + ray.__version__ + "' (grpcio)")
     if ray.is_initialized():  # setup_ray_cluster refuses a process already connected to a Ray
         ray.shutdown()
     os.makedirs(section.spark_temp_dir, exist_ok=True)
