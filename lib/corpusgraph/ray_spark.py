@@ -28,13 +28,13 @@ from typing import Iterator
 from . import progress
 from .config import RaySection
 
-__all__ = ["SPARK", "address", "ray_on_spark"]
+__all__ = ["SPARK", "address", "ray_on_spark", "setup_kwargs"]
 
 SPARK = "spark"
 HEAD_EXIT_WAIT_S = 60  # the head's launcher waits Ray's SIGTERM grace period, then removes its temp dir
 
 _lock = threading.Lock()
-_scope: dict | None = None  # the open scope: section, spark session, and the address once started
+_scope: dict | None = None  # the open scope: its Spark session, whether a start was tried, the address once up
 
 
 @contextlib.contextmanager
