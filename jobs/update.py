@@ -3,8 +3,8 @@
     spark-submit --jars "$(ls jars/*.jar | paste -sd,)" jobs/update.py --conf conf/cluster.yaml
 
 The master and resources come from spark-submit; everything else from the config file.
---ray-workers N first starts Ray on Spark in this application (ray_on_spark.py); the Databricks
-bundle (conf/databricks/databricks.yml) runs this file that way.
+--ray-workers N (the same as ray.address: spark) runs Ray on Spark in this application
+(ray_on_spark.py); the Databricks bundle (conf/databricks/databricks.yml) runs this file that way.
 """
 
 import sys

@@ -37,6 +37,7 @@ def _spark(cfg: Config, args=None):
 def _run_pipeline(args, kind: str, run) -> int:
     """An index or update run: the run lock checked, Spark up, `run(ctx)`, the summary printed."""
     from .pipeline import RunContext, format_summary
+    from .ray_spark import ray_on_spark
 
     cfg = _config(args)
     refuse_if_running(cfg.storage.warehouse, cfg.storage.run_lock_stale_s)  # before the JVM starts
@@ -44,7 +45,10 @@ def _run_pipeline(args, kind: str, run) -> int:
     spark = _spark(cfg, args)
     ctx = RunContext(cfg, spark, kind=kind)
     try:
-        run(ctx)
+        # ray.address 'spark': Ray on this application's Spark workers, up from the first stage
+        # that needs it until the run ends (ray_spark.py); any other address: nothing.
+        with ray_on_spark(cfg.ray, spark):
+            run(ctx)
     finally:
         print(format_summary(ctx, time.perf_counter() - t0))
         if not args.submitted:

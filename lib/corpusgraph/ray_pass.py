@@ -26,14 +26,18 @@ __all__ = ["init_ray", "progress_feed", "Tally", "num_blocks", "parquet_rows", "
 def init_ray(section: RaySection) -> None:
     import ray
 
+    from .ray_spark import address as cluster_address
+
     quiet = not progress.verbose()
     if not ray.is_initialized():
         # Ray's own INFO lines ("Started a local Ray instance") only with --verbose.
         level = logging.WARNING if quiet else logging.INFO
-        if section.address:
+        # 'spark': the Ray-on-Spark cluster of this run (ray_spark.py), started on first use.
+        address = cluster_address(section)
+        if address:
             # host:port of a cluster this machine is a node of (a driver on the head, or under
             # `ray.util.spark.setup_ray_cluster`); ray://host:10001 from elsewhere needs ray[client].
-            ray.init(address=section.address, ignore_reinit_error=True, log_to_driver=False, logging_level=level)
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, logging_level=level)
         else:
             ray.init(num_cpus=section.num_cpus, include_dashboard=False, ignore_reinit_error=True,
                      log_to_driver=False, logging_level=level)

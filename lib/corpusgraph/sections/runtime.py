@@ -24,8 +24,32 @@ class SparkSection(Section):
 class RaySection(Section):
     address: str | None = Field(None, description="Ray cluster to join: 'host:6379' (its GCS) or 'auto' from a node "
                                 "of that cluster, ray://host:10001 from elsewhere (needs ray[client]); null starts a "
-                                "local Ray.")
+                                "local Ray; 'spark' starts Ray on this Spark application's own workers for an index "
+                                "or update run (ray.util.spark.setup_ray_cluster, sized by the spark_* fields below: "
+                                "the head on the driver with no Ray CPU, each worker node a long-running Spark task), "
+                                "when the first stage needs Ray, and shuts it down when the run ends, also on failure. "
+                                "Needs a standalone, YARN or local Spark master; the job scripts' --ray-workers N is "
+                                "the same as 'spark' with spark_workers N.")
     num_cpus: int | None = Field(2, description="CPUs for a local Ray; ignored when address is set.")
+    spark_workers: int = Field(1, ge=1, description="With address 'spark': Ray worker nodes to start, one Spark task "
+                               "each (fixed size, no autoscaling); at most the Spark task slots of that size.")
+    spark_cpus_per_worker: int | None = Field(None, ge=1, description="With address 'spark': CPUs of each Ray worker "
+                                              "node, held as Spark cores for the whole run (a task resource profile; "
+                                              "Spark >= 3.4), so leave cores for Spark's own stages; such nodes get "
+                                              "no GPU. null: a whole Spark worker per node (its cores and GPUs).")
+    spark_object_store_mb: int | None = Field(None, ge=80, description="With address 'spark': object store of each Ray "
+                                              "worker node in MiB; null: Ray on Spark's default (about a quarter of "
+                                              "the worker's memory share, capped by /dev/shm).")
+    spark_temp_dir: str = Field("/tmp", description="With address 'spark': root of Ray's temp folders on the driver "
+                                "and every Spark worker (each cluster makes ray-<port>-<id> under it and removes it on "
+                                "shutdown); keep it short: Ray's unix socket paths under it must stay under 107 bytes.")
+
+    @model_validator(mode="after")
+    def _not_a_spark_master(self) -> "RaySection":
+        if self.address and self.address.startswith("spark://"):
+            raise ValueError(f"ray.address {self.address!r} is a Spark master URL: 'spark' starts Ray on the Spark "
+                             "workers of this run (spark.master, or spark-submit's --master, names the cluster)")
+        return self
     actors: int = Field(1, ge=1, description="LLM worker actors per stage.")
     num_gpus_per_actor: float = Field(
         0.0, ge=0.0,
