@@ -36,7 +36,7 @@ class NoDocumentsError(ValueError):
     (or estimating) an empty index."""
 
 
-def _read_inputs(spark, sec: IngestSection):
+def _read_inputs(spark, sec: IngestSection, s3=None):
     """The parsed records (PARSED_SCHEMA rows) of every input file.
 
     Parquet files go through Spark's Parquet reader (row groups in parallel), after their
@@ -55,7 +55,7 @@ def _read_inputs(spark, sec: IngestSection):
         others = [p for p in listed if ingest_stage.suffix_of(p) != ".parquet"]
         files = spark.read.format("binaryFile").load(others) if others else None
         listed_others = others
-        good, refused = ingest_pq.probe_footers(parquet)
+        good, refused = ingest_pq.probe_footers(parquet, s3)
         if refused:
             parts.append(spark.createDataFrame(
                 [tuple(r.get(f.name) for f in ingest_stage.PARSED_SCHEMA) for r in refused],
@@ -80,7 +80,7 @@ def ingest(st: StageContext, *, ingest: IngestSection, storage: StorageSection) 
     sec = ingest
     if not sec.inputs:
         raise ValueError("ingest.inputs is empty: name the files or folders to index in the config")
-    parsed, n_files, n_binary = _read_inputs(st.spark, sec)
+    parsed, n_files, n_binary = _read_inputs(st.spark, sec, storage.s3.settings())
     parsed = parsed.cache()
     docs = ingest_stage.documents_from(parsed).cache()
     quarantine = ingest_stage.quarantine_from(parsed)

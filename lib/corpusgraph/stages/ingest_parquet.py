@@ -29,10 +29,13 @@ def _local_form(uri: str) -> str:
     return uri.replace("file:///", "file:/", 1)
 
 
-def probe_footers(paths: Sequence[str]) -> tuple[list[str], list[dict]]:
-    """(readable paths with rows, quarantine records for the others), reading footers only."""
+def probe_footers(paths: Sequence[str], s3=None) -> tuple[list[str], list[dict]]:
+    """(readable paths with rows, quarantine records for the others), reading footers only.
+    s3: how to reach an S3 store (corpusgraph.storage.S3Settings) for s3a:// and s3:// inputs."""
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
+
+    from corpusgraph import storage
 
     good, bad = [], []
     columns: dict[str, tuple[str, str]] = {}  # column (lower case) -> (type, first file with it)
@@ -40,8 +43,12 @@ def probe_footers(paths: Sequence[str]) -> tuple[list[str], list[dict]]:
         name = _local_form(uri)
         try:
             # pyarrow wants file:///x where Spark writes file:/x.
-            fs, path = pafs.FileSystem.from_uri("file:///" + uri[len("file:/"):].lstrip("/")
-                                                if uri.startswith("file:/") else uri)
+            if uri.startswith("file:/"):
+                fs, path = pafs.FileSystem.from_uri("file:///" + uri[len("file:/"):].lstrip("/"))
+            elif uri.split("://", 1)[0].lower() in ("s3a", "s3", "gs", "abfss"):
+                fs, path = storage.arrow_filesystem(uri, s3)
+            else:
+                fs, path = pafs.FileSystem.from_uri(uri)
             if fs.get_file_info(path).size == 0:
                 bad.append(_refuse(name, "empty", "zero bytes"))
                 continue
