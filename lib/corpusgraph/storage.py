@@ -206,9 +206,15 @@ def remove_tree(location: str, s3: S3Settings | None = None) -> None:
 def open_delta(location: str, s3: S3Settings | None = None, **kwargs):
     """deltalake's DeltaTable for the table at location (a folder or a URI), with the storage
     options its store needs; kwargs go to DeltaTable (version=...). TableNotFoundError as delta-rs
-    raises it."""
+    raises it.
+
+    s3 left at its defaults (an unconfigured storage.s3) passes no options, so delta-rs takes
+    every setting from the environment (AWS_ENDPOINT_URL, AWS_REGION, keys), as the section's
+    defaults promise; the defaults' region and addressing would otherwise override those."""
     from deltalake import DeltaTable
 
+    if s3 == S3Settings():
+        s3 = None
     return DeltaTable(delta_uri(location), storage_options=delta_storage_options(location, s3) or None, **kwargs)
 
 
