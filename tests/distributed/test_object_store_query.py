@@ -13,8 +13,9 @@ The service is `create_app(config)` with its default engine factory (open_query_
 config names the store only through storage.s3 (no AWS_* variables are set), chat goes to the
 fixed-answer test server (it cites [U1]), and questions are embedded by the test embeddings
 server (tests/unit/embed_server.py), whose vectors built the index. A question that is a unit's
-own text finds that unit first, so the answer's first citation is that unit. Grouped with the object-store
-Spark test; no Spark session is started here.
+own text finds that unit first, so the answer's first citation is that unit. The last test runs
+the embed step's Ray task itself (a local Ray), unpinned since nothing it reads or writes is local.
+Grouped with the object-store Spark test; no Spark session is started here.
 """
 
 from __future__ import annotations
@@ -166,3 +167,23 @@ def test_tables_and_export_read_the_s3_warehouse_from_the_config_alone(world, tm
                          timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     assert pq.read_table(out / "text_units.parquet").num_rows == len(texts)  # as stored: d9's unit too
+
+
+@pytest.mark.ray
+def test_the_embed_steps_ray_task_builds_and_uploads_an_index_off_the_driver_node(world):
+    """With the hand-off folder and index_dir both on S3 the task is not pinned to the driver's
+    node: it gets the store's settings as an argument and uploads from its own worker process."""
+    from corpusgraph.config import RaySection
+    from corpusgraph.embed_step import _remote_build
+    from corpusgraph.query.vectors import VectorIndex, available_kinds
+    from corpusgraph.ray_pass import init_ray
+
+    _, s3, texts = world
+    init_ray(RaySection(num_cpus=1))
+    index_dir = f"{ROOT}/index-from-ray"
+    built = _remote_build(join(HANDOFF, "vectors-text_unit"), index_dir, "text_unit", EMBED_MODEL, IndexParams(),
+                          DIM, s3)
+    assert (built["count"], built["dim"], built["index"]["type"]) == (len(texts), DIM, "flat")
+    assert available_kinds(index_dir, s3) == ["text_unit"]
+    index = VectorIndex.load(index_dir, "text_unit", s3)
+    assert index.model == EMBED_MODEL and index.search(_unit_vectors([texts["u2"]]), 1)[0][0][0] == "u2"
