@@ -61,7 +61,8 @@ class IndexMissingError(FileNotFoundError):
     """A table or vector index the queries need is not there (the index was not built)."""
 
 
-def _read_rows(warehouse: str, name: str, columns: list[str] | None = None, s3: S3Settings | None = None) -> list:
+def _read_rows(warehouse: str, name: str, columns: list[str] | None = None,
+               s3: S3Settings | None = None) -> list:
     """The table's rows as dicts, nulls filled as its contract means them (rows.py)."""
     from deltalake.exceptions import TableNotFoundError
 
