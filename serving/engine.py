@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Iterator, Union
 
 from corpusgraph.config import Config
 from corpusgraph.query.engine import QueryEngine
+from corpusgraph.storage import S3Settings, open_delta
 from corpusgraph.tables import table_path
 
 __all__ = ["EngineFactory", "EngineHolder", "Loaded", "default_engine_factory", "scrub_paths"]
@@ -66,17 +67,15 @@ class Loaded:
 
 def _reopen(store):
     """A fresh store over the same warehouse and vector indexes: what a reload loads."""
-    return type(store)(store.warehouse, store.index_dir)
+    return type(store)(store.warehouse, store.index_dir, s3=getattr(store, "s3", None))
 
 
-def _committed_since(warehouse: str, since_s: float) -> bool:
+def _committed_since(warehouse: str, since_s: float, s3: S3Settings | None = None) -> bool:
     """Whether any query table has a commit at or after `since_s` (epoch seconds)."""
-    from deltalake import DeltaTable
-
     from serving.versions import table_versions
 
-    for name in table_versions(warehouse):
-        last = DeltaTable(table_path(warehouse, name)).history(1)
+    for name in table_versions(warehouse, s3):
+        last = open_delta(table_path(warehouse, name), s3).history(1)
         # Commit timestamps are whole ms; one in the same ms as `since_s` counts as after it.
         if last and last[0].get("timestamp", 0) >= int(since_s * 1000):
             return True
@@ -120,16 +119,17 @@ class EngineHolder:
             engine = self._stack.enter_context(made) if isinstance(made, AbstractContextManager) else made
             store = getattr(engine, "store", None)
             warehouse = getattr(store, "warehouse", None)
+            s3 = getattr(store, "s3", None)  # how to reach a warehouse on S3
             loaded = Loaded(engine, None)
             if warehouse is not None:
                 from serving.versions import load_consistent, table_versions, version_id
 
-                if _committed_since(warehouse, wall):  # a run committed while the factory read: read again
+                if _committed_since(warehouse, wall, s3):  # a run committed while the factory read: read again
                     store, versions = load_consistent(warehouse, lambda: self.store_loader(store),
-                                                      busy=lambda: self.busy(warehouse))
+                                                      busy=lambda: self.busy(warehouse), s3=s3)
                     engine = engine.with_store(store)
                 else:
-                    versions = table_versions(warehouse)
+                    versions = table_versions(warehouse, s3)
                 loaded = Loaded(engine, version_id(versions), versions)
             self._build_views(store)
         except Exception as exc:  # the service stays up and says why on /readyz
@@ -165,12 +165,12 @@ class EngineHolder:
             store = getattr(getattr(current, "engine", None), "store", None)
             if current is None or getattr(store, "warehouse", None) is None:
                 raise IndexChanging("no index is loaded to reload; GET /readyz says when it is")
-            warehouse = store.warehouse
-            if table_versions(warehouse) == current.versions:
+            warehouse, s3 = store.warehouse, getattr(store, "s3", None)
+            if table_versions(warehouse, s3) == current.versions:
                 return current, False
             begin = time.monotonic()
             fresh, versions = load_consistent(warehouse, lambda: self.store_loader(store),
-                                              busy=lambda: self.busy(warehouse))
+                                              busy=lambda: self.busy(warehouse), s3=s3)
             self._build_views(fresh)
             self.current = Loaded(current.engine.with_store(fresh), version_id(versions), versions)
             log.info("index version %s -> %s in %.1f s", current.version, self.current.version,

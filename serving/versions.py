@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Callable, TypeVar
 
+from corpusgraph.storage import S3Settings, open_delta
 from corpusgraph.tables import table_path
 
 __all__ = ["QUERY_TABLES", "table_versions", "version_id", "load_consistent", "IndexChanging"]
@@ -30,15 +31,15 @@ class IndexChanging(RuntimeError):
     """The tables kept changing while the store was read, or a run holds the warehouse."""
 
 
-def table_versions(warehouse: str) -> dict[str, int]:
-    """The latest Delta version of each query table there is (read from the logs, not the data)."""
-    from deltalake import DeltaTable
+def table_versions(warehouse: str, s3: S3Settings | None = None) -> dict[str, int]:
+    """The latest Delta version of each query table there is (read from the logs, not the data);
+    s3: how to reach a warehouse on S3 (the store's settings)."""
     from deltalake.exceptions import TableNotFoundError
 
     versions = {}
     for name in QUERY_TABLES:
         try:
-            versions[name] = DeltaTable(table_path(warehouse, name)).version()
+            versions[name] = open_delta(table_path(warehouse, name), s3).version()
         except TableNotFoundError:
             continue
     return versions
@@ -51,7 +52,8 @@ def version_id(versions: dict[str, int]) -> str:
 
 
 def load_consistent(warehouse: str, load: Callable[[], T], *, attempts: int = 3,
-                    busy: Callable[[], str | None] = lambda: None) -> tuple[T, dict[str, int]]:
+                    busy: Callable[[], str | None] = lambda: None,
+                    s3: S3Settings | None = None) -> tuple[T, dict[str, int]]:
     """`load()` and the table versions it read, retried while a table moves under it.
 
     busy() names a run writing the warehouse (corpusgraph.runlock), or None: while one runs its
@@ -61,12 +63,12 @@ def load_consistent(warehouse: str, load: Callable[[], T], *, attempts: int = 3,
         holder = busy()
         if holder:
             raise IndexChanging(f"not reloading: {holder} is writing the index; retry when it has finished")
-        before = table_versions(warehouse)
+        before = table_versions(warehouse, s3)
         loaded = load()
-        after = table_versions(warehouse)
+        after = table_versions(warehouse, s3)
         # Checked in this order: a run releases its lock only after its last commit, so no
         # holder now and the versions still `after` mean no run wrote between `before` and now.
-        if before == after and not busy() and table_versions(warehouse) == after:
+        if before == after and not busy() and table_versions(warehouse, s3) == after:
             return loaded, after
         log.warning("index tables changed while loading (attempt %d of %d): %s -> %s", attempt, attempts,
                     before, after)

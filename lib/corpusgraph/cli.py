@@ -113,14 +113,14 @@ def cmd_query(args) -> int:
 
 def _units_for_tuning(cfg: Config, ingest: bool) -> tuple[list[dict], str]:
     """text_units rows to sample from: the warehouse's table, or ingest + chunk first."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    from .storage import open_delta
     from .tables import table_path
 
     def read() -> list[dict]:
         try:
-            dt = DeltaTable(table_path(cfg.storage.warehouse, "text_units"))
+            dt = open_delta(table_path(cfg.storage.warehouse, "text_units"), cfg.storage.s3.settings())
         except TableNotFoundError:
             return []
         return dt.to_pyarrow_dataset().to_table(columns=["unit_id", "text", "n_tokens"]).to_pylist()
@@ -166,16 +166,17 @@ def cmd_prompt_tune(args) -> int:
 
 
 def cmd_tables(args) -> int:
-    """Row counts of every table, read without a JVM (delta-rs)."""
-    from deltalake import DeltaTable
+    """Row counts of every table, read without a JVM (delta-rs), wherever storage.warehouse is."""
     from deltalake.exceptions import TableNotFoundError
 
+    from .storage import open_delta
     from .tables import TABLES, table_path
 
     cfg = _config(args)
+    s3 = cfg.storage.s3.settings()
     for name in TABLES:
         try:
-            dt = DeltaTable(table_path(cfg.storage.warehouse, name))
+            dt = open_delta(table_path(cfg.storage.warehouse, name), s3)
             rows = dt.to_pyarrow_dataset().count_rows()
             print(f"{name:<20} {rows:>8} rows  version {dt.version()}")
         except TableNotFoundError:

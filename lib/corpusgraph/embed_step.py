@@ -3,18 +3,23 @@
 Only items whose (kind, id, model, text hash) has no vector are sent (stages/embed.py). An item
 the endpoint gave no vector stays pending, is counted and named in the stage's notes, and makes
 the run "partial" through its usage errors. The FAISS files are rebuilt from the table: each
-kind's vectors are written by Spark to the run's hand-off folder; a Ray task on the driver's node
-(`build_index`, one kind at a time) reads them back with pyarrow, batch by batch, into one preallocated
-float32 matrix (no Python list per vector), and ann.py chooses, builds and measures the index
-(exact or approximate by size). The driver gets only each index's metadata: the vectors are
-corpus-sized (65 MB at 100k documents with 64 dimensions, gigabytes at millions with 384), and
-a cluster's driver is the machine with the least memory to spare. Their dimensions are checked
-in Spark first, so kinds of one model that disagree stop the step before anything is written.
+kind's vectors are written by Spark to the run's hand-off folder; a Ray task (`build_index`, one
+kind at a time) reads them back with pyarrow, batch by batch, into one preallocated float32 matrix
+(no Python list per vector), and ann.py chooses, builds and measures the index (exact or
+approximate by size). With a local index_dir or hand-off folder the task runs on the driver's
+node, which has both; with both on an object store it may run on any node, and writes the files
+to a temporary folder there and uploads them to index_dir (storage.s3 says how to reach S3).
+The driver gets only each index's metadata: the vectors are corpus-sized (65 MB at 100k
+documents with 64 dimensions, gigabytes at millions with 384), and a cluster's driver is the
+machine with the least memory to spare. Their dimensions are checked in Spark first, so kinds of
+one model that disagree stop the step before anything is written.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +31,7 @@ from .run import StageContext, StageResult
 from .progress import Work
 from .ray_embed import run_embed_task
 from .stages import embed as embed_stage
+from .storage import S3Settings, arrow_filesystem, is_local, local_path
 from .tables import spark_schema
 
 __all__ = ["embed", "read_vectors"]
@@ -37,8 +43,9 @@ def _mixed_dimensions(model: str, dims) -> ValueError:
                       "embeddings.model name) and embed again")
 
 
-def read_vectors(path: str) -> tuple[list[str], np.ndarray, int]:
-    """(ids, (n, dim) float32 matrix, bytes read) from Parquet files of (id, vector), in file order.
+def read_vectors(path: str, s3: S3Settings | None = None) -> tuple[list[str], np.ndarray, int]:
+    """(ids, (n, dim) float32 matrix, bytes read) from Parquet files of (id, vector), in file order;
+    path is a folder or a URI (s3: how to reach one on S3).
 
     Every vector must have one and the same length: rows of one model with two dimensions mean
     the endpoint behind the model name changed, and an index over them would be meaningless.
@@ -46,7 +53,11 @@ def read_vectors(path: str) -> tuple[list[str], np.ndarray, int]:
     import pyarrow.compute as pc
     import pyarrow.dataset as pads
 
-    found = pads.dataset(path, format="parquet")
+    if is_local(path):
+        found = pads.dataset(path, format="parquet")
+    else:
+        filesystem, inside = arrow_filesystem(path, s3)
+        found = pads.dataset(inside, format="parquet", filesystem=filesystem)
     dataset = pads.dataset(sorted(found.files), format="parquet", filesystem=found.filesystem)
     n = dataset.count_rows()
     ids: list[str] = []
@@ -127,12 +138,12 @@ def embed(st: StageContext, *, embeddings: EmbeddingSection, ray: RaySection, st
         raise _mixed_dimensions(repr(sec.model), sizes)
     # An empty kind still gets files (the service loads every kind); its dim is the others'.
     dim = sizes.pop() if sizes else (384 if sec.backend == "bundled" else 1)
-    index_dir = str(Path(storage.index_dir).resolve())
+    index_dir, s3 = local_path(storage.index_dir), storage.s3.settings()  # a folder made absolute, or a URI
     init_ray(ray)
     for kind in embed_stage.KINDS:
         path = st.handoff(f"vectors-{kind}")
         (mine.where(F.col("kind") == kind).orderBy("id").select("id", "vector").write.mode("overwrite").parquet(path))
-        built = _remote_build(path, index_dir, kind, sec.model, params, dim)
+        built = _remote_build(path, index_dir, kind, sec.model, params, dim, s3)
         info = built["index"]
         result.rows[f"{kind}_vectors"] = built["count"]
         result.notes.append(f"{kind}: {built['count']} vectors of {built['dim']} dimensions, {info['type']} index"
@@ -143,27 +154,40 @@ def embed(st: StageContext, *, embeddings: EmbeddingSection, ray: RaySection, st
     return result
 
 
-def build_index(path: str, index_dir: str, kind: str, model: str, params, dim: int) -> dict:
+def build_index(path: str, index_dir: str, kind: str, model: str, params, dim: int,
+                s3: S3Settings | None = None) -> dict:
     """One kind's FAISS files from its hand-off vectors (run in a Ray task, not on the driver);
-    returns what the driver reports: count, dim, MB read and the index's metadata."""
-    from .query.vectors import write_index
+    returns what the driver reports: count, dim, MB read and the index's metadata.
 
-    ids, vecs, nbytes = read_vectors(path)
+    index_dir is a folder, written in place, or a URI: the files are written to a temporary local
+    folder and uploaded (vectors first, then the meta naming them), so no folder need be shared."""
+    from .query.vectors import publish_index, write_index
+
+    ids, vecs, nbytes = read_vectors(path, s3)
     if not vecs.shape[0]:
         vecs = np.zeros((0, dim), dtype=np.float32)
-    write_index(index_dir, kind, ids, vecs, model, params)
-    info = json.loads((Path(index_dir) / f"{kind}.meta.json").read_text(encoding="utf-8"))["index"]
+    local = is_local(index_dir)
+    with nullcontext(index_dir) if local else tempfile.TemporaryDirectory(prefix="corpusgraph-faiss-") as folder:
+        write_index(folder, kind, ids, vecs, model, params)
+        info = json.loads((Path(folder) / f"{kind}.meta.json").read_text(encoding="utf-8"))["index"]
+        if not local:
+            publish_index(folder, index_dir, kind, s3)
     return {"count": len(ids), "dim": int(vecs.shape[1]), "read_mb": nbytes / 2**20, "index": info}
 
 
-def _remote_build(path: str, index_dir: str, kind: str, model: str, params, dim: int) -> dict:
-    """build_index in a Ray worker process on the driver's own node: out of the driver's memory,
-    but writing index_dir on the filesystem the driver (and the service after it) reads."""
+def _remote_build(path: str, index_dir: str, kind: str, model: str, params, dim: int,
+                  s3: S3Settings | None = None) -> dict:
+    """build_index in a Ray worker process: out of the driver's memory. On the driver's own node
+    when the hand-off folder or index_dir is local (that node has them, and the service after it
+    reads that index_dir); anywhere when both are on an object store."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-    # No CPU claimed: a driver's node may give Ray none (a head started with num_cpus=0), and
-    # the task must still run there.
-    task = ray.remote(num_cpus=0, max_retries=1, scheduling_strategy=here)(build_index)
-    return ray.get(task.remote(path, index_dir, kind, model, params, dim))
+    options = {}
+    if is_local(path) or is_local(index_dir):
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+            node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    # No CPU claimed: a driver's node may give Ray none (a head started with num_cpus=0), and a
+    # pinned task must still run there.
+    task = ray.remote(num_cpus=0, max_retries=1, **options)(build_index)
+    return ray.get(task.remote(path, index_dir, kind, model, params, dim, s3))

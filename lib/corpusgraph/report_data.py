@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from .storage import S3Settings, open_delta
 from .tables import TABLES, table_path
 
 __all__ = ["ReportData", "load_report_data", "stage_rows", "estimate_vs_actual", "hierarchy",
@@ -43,13 +44,12 @@ class ReportData:
     quarantine_examples: list[dict] = field(default_factory=list)
 
 
-def _read(warehouse: str, name: str, columns: list[str] | None = None):
+def _read(warehouse: str, name: str, columns: list[str] | None = None, s3: S3Settings | None = None):
     """(pyarrow table, version) or (None, None) when the table does not exist."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        dt = DeltaTable(table_path(warehouse, name))
+        dt = open_delta(table_path(warehouse, name), s3)
     except TableNotFoundError:
         return None, None
     return dt.to_pyarrow_dataset().to_table(columns=columns), dt.version()
@@ -67,22 +67,22 @@ def _stage_counts(text: str | None) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def load_report_data(warehouse: str) -> ReportData:
-    """Read what the report needs; only the columns it uses, aggregated as they are read."""
+def load_report_data(warehouse: str, s3: S3Settings | None = None) -> ReportData:
+    """Read what the report needs; only the columns it uses, aggregated as they are read.
+    s3: how to reach a warehouse on S3 (None: the environment's settings)."""
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     data = ReportData(warehouse=warehouse, generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       tables={})
     for name in TABLES:
         try:
-            dt = DeltaTable(table_path(warehouse, name))
+            dt = open_delta(table_path(warehouse, name), s3)
             data.tables[name] = (dt.to_pyarrow_dataset().count_rows(), dt.version())
         except TableNotFoundError:
             data.tables[name] = None
 
-    runs, _ = _read(warehouse, "runs")
+    runs, _ = _read(warehouse, "runs", s3=s3)
     estimates = []
     for r in sorted(runs.to_pylist() if runs is not None else [], key=lambda r: (r["started"] is None, r["started"])):
         counts = _stage_counts(r["stage_counts"])
@@ -100,25 +100,25 @@ def load_report_data(warehouse: str) -> ReportData:
         data.runs.append(row)
     data.estimate = estimates[-1] if estimates else None
 
-    calls, _ = _read(warehouse, "llm_calls")
+    calls, _ = _read(warehouse, "llm_calls", s3=s3)
     data.llm_calls = calls.to_pylist() if calls is not None else []
 
-    ents, _ = _read(warehouse, "entities", ["type", "degree"])
+    ents, _ = _read(warehouse, "entities", ["type", "degree"], s3=s3)
     if ents is not None and ents.num_rows:
         types = pc.value_counts(pc.fill_null(ents["type"], "(none)")).to_pylist()
         data.entity_types = sorted(((t["values"] or "(none)", t["counts"]) for t in types), key=lambda t: (-t[1], t[0]))
         degs = pc.value_counts(pc.fill_null(ents["degree"], 0)).to_pylist()
         data.degrees = sorted((int(d["values"]), int(d["counts"])) for d in degs)
 
-    comms, _ = _read(warehouse, "communities", ["community_id", "level", "parent_id", "size"])
-    reports, _ = _read(warehouse, "community_reports", ["community_id", "title"])
+    comms, _ = _read(warehouse, "communities", ["community_id", "level", "parent_id", "size"], s3=s3)
+    reports, _ = _read(warehouse, "community_reports", ["community_id", "title"], s3=s3)
     titles = {r["community_id"]: r["title"] for r in reports.to_pylist()} if reports is not None else {}
     data.reports_total = len(titles)
     if comms is not None:
         data.communities_total = comms.num_rows
         data.communities = hierarchy(comms.to_pylist(), titles)
 
-    quar, _ = _read(warehouse, "quarantine", ["source_uri", "reason", "detail"])
+    quar, _ = _read(warehouse, "quarantine", ["source_uri", "reason", "detail"], s3=s3)
     if quar is not None and quar.num_rows:
         reasons = pc.value_counts(pc.fill_null(quar["reason"], "(none)")).to_pylist()
         data.quarantine = sorted(((r["values"], r["counts"]) for r in reasons), key=lambda r: (-r[1], r[0]))

@@ -322,9 +322,10 @@ def build_page(data: ReportData, plotly_js: str | None = None) -> str:
 """
 
 
-def write_report(warehouse: str, out_dir: str | Path) -> Path:
-    """Read the warehouse and write DIR/index.html; returns its path."""
-    data = load_report_data(warehouse)
+def write_report(warehouse: str, out_dir: str | Path, s3=None) -> Path:
+    """Read the warehouse and write DIR/index.html; returns its path. s3: corpusgraph.storage.S3Settings
+    for a warehouse on S3 (None: the environment's settings)."""
+    data = load_report_data(warehouse, s3)
     if not any(v is not None for v in data.tables.values()):
         raise FileNotFoundError(f"no Delta tables under {warehouse}: run `corpusgraph index` first")
     out = Path(out_dir)
@@ -338,7 +339,7 @@ def cmd_report(args) -> int:
     from .cli_common import config_from_args
 
     cfg = config_from_args(args)
-    page = write_report(cfg.storage.warehouse, args.out)
+    page = write_report(cfg.storage.warehouse, args.out, cfg.storage.s3.settings())
     print(f"wrote {page} ({page.stat().st_size / 1e6:.1f} MB, plotly.js inside: opens offline)")
     return 0
 

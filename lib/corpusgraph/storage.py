@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 __all__ = ["S3Settings", "Location", "parse", "spark_hadoop_conf", "delta_storage_options",
            "delta_uri", "arrow_filesystem", "join", "is_local", "local_path", "node_path", "remove_tree",
-           "spark_uri"]
+           "spark_uri", "open_delta", "list_files", "download", "upload"]
 
 # Schemes that name the same S3 store: Hadoop's connector is s3a; s3 is what AWS tools and EMR write.
 S3_SCHEMES = ("s3a", "s3")
@@ -199,3 +199,54 @@ def remove_tree(location: str, s3: S3Settings | None = None) -> None:
         filesystem.delete_dir(path)
     elif info.type == pafs.FileType.File:
         filesystem.delete_file(path)
+
+
+# -- JVM-free readers and writers: a Delta table opened by delta-rs, whole files through pyarrow --
+
+def open_delta(location: str, s3: S3Settings | None = None, **kwargs):
+    """deltalake's DeltaTable for the table at location (a folder or a URI), with the storage
+    options its store needs; kwargs go to DeltaTable (version=...). TableNotFoundError as delta-rs
+    raises it.
+
+    s3 left at its defaults (an unconfigured storage.s3) passes no options, so delta-rs takes
+    every setting from the environment (AWS_ENDPOINT_URL, AWS_REGION, keys), as the section's
+    defaults promise; the defaults' region and addressing would otherwise override those."""
+    from deltalake import DeltaTable
+
+    if s3 == S3Settings():
+        s3 = None
+    return DeltaTable(delta_uri(location), storage_options=delta_storage_options(location, s3) or None, **kwargs)
+
+
+def list_files(location: str, s3: S3Settings | None = None) -> list[str]:
+    """Names of the files directly under a folder or prefix, sorted; [] when it is not there."""
+    from pyarrow import fs as pafs
+
+    filesystem, path = arrow_filesystem(location, s3)
+    found = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    return sorted(info.base_name for info in found if info.type == pafs.FileType.File)
+
+
+def download(location: str, local: str | os.PathLike[str], s3: S3Settings | None = None) -> None:
+    """Copy one file from location to a local path (its folder must exist). FileNotFoundError when
+    location is not there."""
+    from pyarrow import fs as pafs
+
+    filesystem, path = arrow_filesystem(location, s3)
+    if filesystem.get_file_info(path).type != pafs.FileType.File:
+        raise FileNotFoundError(f"{location} is not there")
+    pafs.copy_files(path, str(Path(local).resolve()), source_filesystem=filesystem,
+                    destination_filesystem=pafs.LocalFileSystem())
+
+
+def upload(local: str | os.PathLike[str], location: str, s3: S3Settings | None = None) -> None:
+    """Copy one local file to location, replacing what is there. An object store shows a reader
+    the old object or the new one, never a part."""
+    from pyarrow import fs as pafs
+
+    filesystem, path = arrow_filesystem(location, s3)
+    parent = path.rsplit("/", 1)[0]
+    if parent and not parse(location).is_s3:  # S3 has no folders to make; other stores may
+        filesystem.create_dir(parent, recursive=True)
+    pafs.copy_files(str(Path(local).resolve()), path, source_filesystem=pafs.LocalFileSystem(),
+                    destination_filesystem=filesystem)

@@ -171,11 +171,11 @@ def test_a_load_during_which_a_table_moves_is_read_again(monkeypatch):
 
     # Fake warehouse versions: the first load sees the entities table move under it.
     states = iter([{"entities": 1}, {"entities": 2}, {"entities": 2}, {"entities": 2}, {"entities": 2}])
-    monkeypatch.setattr(versions, "table_versions", lambda wh: next(states))
+    monkeypatch.setattr(versions, "table_versions", lambda wh, s3=None: next(states))
     assert versions.load_consistent("wh", load) == (2, {"entities": 2})
 
     moving = iter(range(100))
-    monkeypatch.setattr(versions, "table_versions", lambda wh: {"entities": next(moving)})
+    monkeypatch.setattr(versions, "table_versions", lambda wh, s3=None: {"entities": next(moving)})
     with pytest.raises(versions.IndexChanging, match="kept changing"):
         versions.load_consistent("wh", load, attempts=2)
     with pytest.raises(versions.IndexChanging, match="index-9 is writing"):

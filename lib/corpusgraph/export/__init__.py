@@ -29,8 +29,9 @@ MANIFEST = "export.json"
 
 
 def run_export(warehouse: str, out_dir: str | Path, fmt: str, domains: Iterable[str] | None = None, *,
-               neo4j_database: str = "neo4j", batch_rows: int | None = None) -> dict:
-    """Export the warehouse's current tables to out_dir in `fmt`; returns the manifest (also written)."""
+               neo4j_database: str = "neo4j", batch_rows: int | None = None, s3=None) -> dict:
+    """Export the warehouse's current tables to out_dir in `fmt`; returns the manifest (also written).
+    s3: corpusgraph.storage.S3Settings for a warehouse on S3 (None: the environment's settings)."""
     from corpusgraph.export.source import BATCH_ROWS, Source, View
 
     if fmt not in FORMATS:
@@ -41,7 +42,7 @@ def run_export(warehouse: str, out_dir: str | Path, fmt: str, domains: Iterable[
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    source = Source(warehouse, batch_rows or BATCH_ROWS)
+    source = Source(warehouse, batch_rows or BATCH_ROWS, s3)
     view = None if fmt == "parquet" and domains is None else View(source, domains)
     if fmt == "graphml":
         from corpusgraph.export.graphml import write_graphml
@@ -91,14 +92,14 @@ def _describe(m: dict) -> list[str]:
 def cmd_export(args) -> int:
     from corpusgraph.cli_common import config_from_args
 
-    if args.warehouse:
-        warehouse = args.warehouse
-    else:
-        warehouse = config_from_args(args).storage.warehouse
+    # --warehouse needs no config; one there still says how to reach a store on S3.
+    cfg = config_from_args(args) if not args.warehouse or Path(args.conf).is_file() else None
+    warehouse = args.warehouse or cfg.storage.warehouse
+    s3 = cfg.storage.s3.settings() if cfg is not None else None
     domains = None
     if args.domains is not None:
         domains = [d.strip() for d in args.domains.split(",") if d.strip()]
-    manifest = run_export(warehouse, args.out, args.format, domains, neo4j_database=args.neo4j_database)
+    manifest = run_export(warehouse, args.out, args.format, domains, neo4j_database=args.neo4j_database, s3=s3)
     print("\n".join(_describe(manifest)))
     return 0
 

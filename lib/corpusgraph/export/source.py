@@ -27,6 +27,7 @@ from corpusgraph.query.access import (
     relationship_visible,
 )
 from corpusgraph.query.store import IndexMissingError, report_shown
+from corpusgraph.storage import S3Settings, open_delta
 from corpusgraph.tables import table_path
 
 __all__ = ["Source", "View", "BATCH_ROWS"]
@@ -39,22 +40,23 @@ _OPTIONAL = ("claims", "community_domain_reports")
 
 
 class Source:
-    """Each table opened once, at its current version, so every pass over it reads the same rows."""
+    """Each table opened once, at its current version, so every pass over it reads the same rows.
+    warehouse: a folder or URI; s3: how to reach one on S3 (None: the environment's settings)."""
 
-    def __init__(self, warehouse: str, batch_rows: int = BATCH_ROWS):
+    def __init__(self, warehouse: str, batch_rows: int = BATCH_ROWS, s3: S3Settings | None = None):
         self.warehouse = warehouse
         self.batch_rows = batch_rows
+        self.s3 = s3
         self._tables: dict[str, object] = {}
 
     def table(self, name: str, missing_ok: bool = False):
         """The DeltaTable, or None for a missing optional table (any, with missing_ok); else IndexMissingError."""
-        from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         if name not in self._tables:
             path = table_path(self.warehouse, name)
             try:
-                self._tables[name] = DeltaTable(path)
+                self._tables[name] = open_delta(path, self.s3)
             except TableNotFoundError as exc:
                 if name in _OPTIONAL or missing_ok:
                     self._tables[name] = None

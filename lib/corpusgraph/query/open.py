@@ -19,9 +19,10 @@ def open_query_engine(cfg: Config, base_url: str | None) -> QueryEngine:
     from corpusgraph.query.store import IndexStore
     from corpusgraph.query.vectors import available_kinds
 
-    store = IndexStore(cfg.storage.warehouse, cfg.storage.index_dir)
+    s3 = cfg.storage.s3.settings()  # the warehouse and index_dir may be on S3
+    store = IndexStore(cfg.storage.warehouse, cfg.storage.index_dir, s3=s3)
     # Questions must be embedded by the backend and model that built the index.
-    for kind in available_kinds(cfg.storage.index_dir):
+    for kind in available_kinds(cfg.storage.index_dir, s3):
         check_index_model(store.vectors(kind).model, cfg.embeddings)
     chat = open_chat_model(cfg.llm, cfg.storage.cache_dir, base_url=base_url)
     embedder = open_embedder(cfg.embeddings, cfg.storage.cache_dir)

@@ -29,6 +29,7 @@ from corpusgraph.query.rows import (
     filled,
     report_shown,
 )
+from corpusgraph.storage import S3Settings, open_delta
 from corpusgraph.tables import table_path
 from corpusgraph.text import normalise_name
 
@@ -60,14 +61,14 @@ class IndexMissingError(FileNotFoundError):
     """A table or vector index the queries need is not there (the index was not built)."""
 
 
-def _read_rows(warehouse: str, name: str, columns: list[str] | None = None) -> list:
+def _read_rows(warehouse: str, name: str, columns: list[str] | None = None,
+               s3: S3Settings | None = None) -> list:
     """The table's rows as dicts, nulls filled as its contract means them (rows.py)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     path = table_path(warehouse, name)
     try:
-        return filled(name, DeltaTable(path).to_pyarrow_table(columns=columns).to_pylist())
+        return filled(name, open_delta(path, s3).to_pyarrow_table(columns=columns).to_pylist())
     except TableNotFoundError as exc:
         raise IndexMissingError(
             f"table {name!r} not found at {path}; run `corpusgraph index` first"
@@ -85,14 +86,19 @@ class IndexStore:
 
     `domains` is None: this store is the whole index. `restricted(domains)` gives the part built
     only from documents in those domains (access.py), an IndexStore of its own.
+
+    warehouse and index_dir are folders or URIs (corpusgraph.storage); `s3` says how to reach
+    those on S3 (None: the environment's settings, or a store not on S3).
     """
 
     domains: frozenset[str] | None = None
+    s3: S3Settings | None = None
     domain_reports: dict[tuple[str, str], DomainReportRow] = {}  # (community id, domain) -> report row
 
-    def __init__(self, warehouse: str, index_dir: str, *, load_vectors: bool = True):
+    def __init__(self, warehouse: str, index_dir: str, *, load_vectors: bool = True, s3: S3Settings | None = None):
         self.warehouse = warehouse
         self.index_dir = index_dir
+        self.s3 = s3
         self._load_tables()
         self._vectors: dict[str, Any] = {}
         if load_vectors:
@@ -101,33 +107,35 @@ class IndexStore:
 
     # -- loading ---------------------------------------------------------------------------
 
+    def _read(self, name: str, columns: list[str] | None = None) -> list:
+        return _read_rows(self.warehouse, name, columns, self.s3)
+
     def _load_tables(self) -> None:
-        wh = self.warehouse
-        docs: list[DocumentRow] = _read_rows(wh, "documents", _DOC_COLUMNS)
+        docs: list[DocumentRow] = self._read("documents", _DOC_COLUMNS)
         # A document marked deleted must not be cited, nor its units shown.
         deleted = {d["doc_id"] for d in docs if d["deleted"]}
         self.docs: dict[str, DocumentRow] = {d["doc_id"]: d for d in docs if d["doc_id"] not in deleted}
-        units: list[UnitRow] = _read_rows(wh, "text_units")
+        units: list[UnitRow] = self._read("text_units")
         # Deleted documents' units too: an entity merged from one still carries its text, so an
         # access check must know that unit's domain. A unit of no known document has none.
         domain_of_doc = {d["doc_id"]: d["access_domain"] for d in docs}
         self.unit_domain: dict[str, str | None] = {u["unit_id"]: domain_of_doc.get(u["doc_id"]) for u in units}
         self.units: dict[str, UnitRow] = {u["unit_id"]: u for u in units if u["doc_id"] not in deleted}
-        self.entities: dict[str, EntityRow] = {e["entity_id"]: e for e in _read_rows(wh, "entities")}
-        self.relationships: dict[str, RelationshipRow] = {r["rel_id"]: r for r in _read_rows(wh, "relationships")}
+        self.entities: dict[str, EntityRow] = {e["entity_id"]: e for e in self._read("entities")}
+        self.relationships: dict[str, RelationshipRow] = {r["rel_id"]: r for r in self._read("relationships")}
         try:
-            claims: list[ClaimRow] = _read_rows(wh, "claims")
+            claims: list[ClaimRow] = self._read("claims")
         except IndexMissingError:
             claims = []
         self.claims: dict[str, ClaimRow] = {c["claim_id"]: c for c in claims}
-        self.communities: dict[str, CommunityRow] = {c["community_id"]: c for c in _read_rows(wh, "communities")}
+        self.communities: dict[str, CommunityRow] = {c["community_id"]: c for c in self._read("communities")}
         self.reports: dict[str, ReportRow] = {
-            r["community_id"]: r for r in _read_rows(wh, "community_reports") if report_shown(r)
+            r["community_id"]: r for r in self._read("community_reports") if report_shown(r)
         }
         # Per-domain reports of communities that mix domains (reports.per_domain); only
         # restricted views show them (access.py). An index built before them has none.
         try:
-            domain_reports: list[DomainReportRow] = _read_rows(wh, "community_domain_reports")
+            domain_reports: list[DomainReportRow] = self._read("community_domain_reports")
         except IndexMissingError:
             domain_reports = []
         self.domain_reports: dict[tuple[str, str], DomainReportRow] = {
@@ -178,7 +186,7 @@ class IndexStore:
             from corpusgraph.query.vectors import VectorIndex
 
             try:
-                self._vectors[kind] = VectorIndex.load(self.index_dir, kind)
+                self._vectors[kind] = VectorIndex.load(self.index_dir, kind, self.s3)
             except (FileNotFoundError, OSError) as exc:
                 raise IndexMissingError(
                     f"vector index {kind!r} not found under {self.index_dir}; run `corpusgraph index` first ({exc})"
@@ -288,6 +296,7 @@ class RestrictedStore(IndexStore):
         self.domains = domains
         self.warehouse = base.warehouse
         self.index_dir = base.index_dir
+        self.s3 = base.s3
         self._vectors = {}
         select_view(self, base, domains)
         self._build_lookups()

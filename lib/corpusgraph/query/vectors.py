@@ -9,7 +9,9 @@ Exact search is the default up to embeddings.exact_max_vectors (measured build a
 times: tests/benchmarks/results/service_load.json, query_latency.json); larger kinds get an
 approximate index, searched with the nprobe / efSearch recorded beside it.
 
-The service loads these files once at start-up; `corpusgraph index` writes them.
+The service loads these files once at start-up; `corpusgraph index` writes them. The folder
+(storage.index_dir) may be a URI on an object store: the embed step writes each kind locally and
+uploads it (`publish_index`), the service copies each kind to a temporary folder and loads it.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import faiss
 import numpy as np
 
 from corpusgraph.query.ann import IndexParams, apply_search_params, build_index
+from corpusgraph.storage import S3Settings, download, is_local, join, list_files, local_path, upload
 
-__all__ = ["VectorIndex", "available_kinds", "write_index"]
+__all__ = ["VectorIndex", "available_kinds", "write_index", "publish_index"]
 
 _KIND = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # it becomes a file name
 _NORM_TOLERANCE = 1e-3  # float32 vectors from a normalising embedder are well inside this
@@ -99,17 +102,24 @@ def write_index(
     return faiss_path
 
 
-def available_kinds(index_dir: str | os.PathLike[str]) -> list[str]:
-    """Kinds with both files present under `index_dir`, sorted; [] if it does not exist."""
-    index_dir = Path(index_dir)
-    if not index_dir.is_dir():
+def available_kinds(index_dir: str | os.PathLike[str], s3: S3Settings | None = None) -> list[str]:
+    """Kinds with both files present under `index_dir` (a folder or a URI), sorted; [] if it does
+    not exist. s3: how to reach an s3:// or s3a:// index_dir (None: from the environment)."""
+    if not is_local(str(index_dir)):
+        names = set(list_files(str(index_dir), s3))
+    elif Path(local_path(str(index_dir))).is_dir():
+        names = {p.name for p in Path(local_path(str(index_dir))).iterdir() if p.is_file()}
+    else:
         return []
-    kinds = []
-    for p in index_dir.glob("*.faiss"):
-        kind = p.name[: -len(".faiss")]
-        if _KIND.match(kind) and (index_dir / f"{kind}.meta.json").is_file():
-            kinds.append(kind)
-    return sorted(kinds)
+    kinds = [n[: -len(".faiss")] for n in names if n.endswith(".faiss")]
+    return sorted(k for k in kinds if _KIND.match(k) and f"{k}.meta.json" in names)
+
+
+def publish_index(local_dir: str | os.PathLike[str], index_dir: str, kind: str, s3: S3Settings | None = None) -> None:
+    """Copy one kind's files, written by write_index under local_dir, to index_dir (a URI): the
+    vectors first, then the meta that describes them, as write_index orders them."""
+    for path in _paths(Path(local_dir), kind):
+        upload(path, join(index_dir, path.name), s3)
 
 
 class VectorIndex:
@@ -130,19 +140,33 @@ class VectorIndex:
         self._rows: dict[str, int] | None = None  # id -> row, built by the first `vectors` call
 
     @classmethod
-    def load(cls, index_dir: str | os.PathLike[str], kind: str) -> "VectorIndex":
-        faiss_path, meta_path = _paths(Path(index_dir), kind)
+    def load(cls, index_dir: str | os.PathLike[str], kind: str, s3: S3Settings | None = None) -> "VectorIndex":
+        """One kind from `index_dir`: a local folder, or a URI whose two files are copied to a
+        temporary local folder first (FAISS reads files), which is removed once they are loaded."""
+        if is_local(str(index_dir)):
+            return cls._load_files(Path(local_path(str(index_dir))), kind, str(index_dir))
+        with tempfile.TemporaryDirectory(prefix="corpusgraph-faiss-") as tmp:
+            for remote, local in zip(_paths(Path("."), kind), _paths(Path(tmp), kind)):
+                try:
+                    download(join(str(index_dir), remote.name), local, s3)
+                except FileNotFoundError:
+                    pass  # _load_files names the missing file and how to make it
+            return cls._load_files(Path(tmp), kind, str(index_dir))
+
+    @classmethod
+    def _load_files(cls, folder: Path, kind: str, where: str) -> "VectorIndex":
+        faiss_path, meta_path = _paths(folder, kind)
         for p in (faiss_path, meta_path):
             if not p.is_file():
                 raise FileNotFoundError(
-                    f"vector index file {p} is missing; run `corpusgraph index` to build the "
+                    f"vector index file {p.name} is missing under {where}; run `corpusgraph index` to build the "
                     f"{kind!r} index (it writes {faiss_path.name} and {meta_path.name})"
                 )
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         index = faiss.read_index(str(faiss_path))
         if int(meta["dim"]) != index.d or int(meta["count"]) != index.ntotal:
             raise ValueError(
-                f"{faiss_path} ({index.ntotal} x {index.d}) does not match {meta_path.name} "
+                f"{faiss_path.name} ({index.ntotal} x {index.d}) under {where} does not match {meta_path.name} "
                 f"({meta['count']} x {meta['dim']}); rebuild with `corpusgraph index`"
             )
         return cls(kind, index, list(meta["ids"]), str(meta["model"]), meta.get("index"))
