@@ -73,10 +73,12 @@ test-spark: setup
 test-faults: setup
 	$(PYTEST) tests/ray/test_faults.py -m slow --timeout 900
 
-# The distributed path: spark-submit against a standalone Spark master + worker and a Ray head +
-# worker started as separate processes on localhost; the tables must equal a local-mode run's.
+# The distributed path on object storage: spark-submit of the whole index of 10,000 synthetic
+# documents against a standalone Spark master + worker, a Ray head + two worker nodes (one killed
+# mid-extract) and moto's S3 server, all separate processes on localhost, no shared folder; the
+# tables must equal a local-mode build's. Also Ray on Spark (ray.address: spark).
 test-cluster: setup
-	$(PYTEST) tests/distributed -m slow --timeout 2400
+	$(PYTEST) tests/distributed -m slow --timeout 3600
 
 test-e2e: setup browser
 	$(PYTEST) tests -m "e2e or llm"

@@ -13,6 +13,7 @@ they read more than once.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from pyarrow import fs as pafs
@@ -64,28 +65,69 @@ def _usage(out, llm: LLMSection, attempt: str) -> Usage:
                  errors=int(r["errors"] or 0), usd=llm.usd(tin - bin_, tout - bout) + llm.usd(bin_, bout, batch=True))
 
 
-def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray: RaySection, label: str,
-             unit: str = "LLM calls"):
-    """The n rows saved at hand-off `part` through `task` on Ray; (output frame, usage).
+# Tries of one pass when Ray loses a worker, an actor or a node under it: each try sends only the
+# rows with no durable answer yet. A node's death takes Ray some seconds to notice, and a try
+# started before that may place an actor on the dead node; the wait before each try grows.
+PASS_TRIES = 5
+RETRY_WAIT_S = 5.0
+_CRASHES = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "WorkerCrashedError", "NodeDiedError",
+            "ObjectLostError", "OwnerDiedError", "LocalRayletDiedError")
 
-    Rows that an earlier attempt of this pass answered (durable in its progress folder) are not
-    sent again. label and unit: the progress bar's."""
-    inputs = st.spark.read.parquet(st.spark_location(st.handoff(part)))
-    keyed = inputs.withColumn(UNIT, F.sha2(F.to_json(F.struct(*[F.col(c) for c in inputs.columns])), 256))
-    folder = st.progress_dir(part, fingerprint(task, llm.model, llm.temperature))
+
+def lost_to_a_crash(exc: BaseException) -> bool:
+    """Whether a failed Ray pass failed because a process or node under it died (not because of
+    its own code): the exception or any cause of it is one of Ray's crash errors."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if any(type(e).__name__ == name or name in str(e)[:2000] for name in _CRASHES):
+            return True
+        todo += [e.__cause__, e.__context__, getattr(e, "cause", None)]
+    return False
+
+
+def _pending(st: StageContext, keyed, folder: str, part: str) -> tuple[str, int]:
+    """The rows of `keyed` with no successful answer in the progress folder, saved as hand-off
+    `<part>-pending`; (its location, its rows)."""
     earlier = _shards(st, folder)
     pending = keyed
     if earlier is not None:
         done = earlier.where(~F.coalesce(F.col("llm_failed"), F.lit(False))).select(UNIT)
         pending = keyed.join(done.distinct(), UNIT, "left_anti")
-    pending_at = st.handoff(part + "-pending")
-    pending = save(st, pending, part + "-pending")
-    todo = pending.count()
+    return st.handoff(part + "-pending"), save(st, pending, part + "-pending").count()
+
+
+def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray: RaySection, label: str,
+             unit: str = "LLM calls"):
+    """The n rows saved at hand-off `part` through `task` on Ray; (output frame, usage).
+
+    Rows that an earlier attempt of this pass answered (durable in its progress folder) are not
+    sent again; a pass that Ray loses a worker or node under is resumed the same way, up to
+    PASS_TRIES times. label and unit: the progress bar's."""
+    inputs = st.spark.read.parquet(st.spark_location(st.handoff(part)))
+    keyed = inputs.withColumn(UNIT, F.sha2(F.to_json(F.struct(*[F.col(c) for c in inputs.columns])), 256))
+    folder = st.progress_dir(part, fingerprint(task, llm.model, llm.temperature))
+    pending_at, todo = _pending(st, keyed, folder, part)
     if todo < n:
         st.log(f"  {st.name}: {n - todo} of {n} rows already answered by an earlier attempt (durable under {folder})")
-    if todo:
-        run_llm_task(task, pending_at, folder, llm=llm, ray_section=ray, cache_dir=st.node_cache_dir,
-                     base_url=st.llm_base_url(), work=Work(label, unit, todo), s3=st.s3, attempt=st.run_id)
+    for attempt in range(1, PASS_TRIES + 1):
+        if not todo:
+            break
+        try:
+            run_llm_task(task, pending_at, folder, llm=llm, ray_section=ray, cache_dir=st.node_cache_dir,
+                         base_url=st.llm_base_url(), work=Work(label, unit, todo), s3=st.s3, attempt=st.run_id)
+            break
+        except Exception as exc:
+            if attempt == PASS_TRIES or not lost_to_a_crash(exc):
+                raise
+            pending_at, todo = _pending(st, keyed, folder, part)
+            st.log(f"  {st.name}: Ray lost a worker under the pass ({type(exc).__name__}); {todo} rows have no "
+                   f"durable answer yet: resuming them (try {attempt + 1} of {PASS_TRIES})")
+            time.sleep(RETRY_WAIT_S * attempt)
     shards = _shards(st, folder)
     if shards is None:
         raise RuntimeError(f"{st.name}: the LLM pass {part!r} wrote no output under {folder}")

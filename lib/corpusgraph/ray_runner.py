@@ -171,6 +171,10 @@ def run_llm_task(
             # The actors wait on HTTP; the model server, not Ray, owns the CPUs. An actor that owns
             # a vLLM engine (llm.backend 'vllm') needs its GPU reserved here.
             num_cpus=LLM_ACTOR_CPUS,
+            # A dead actor is not restarted with its block retried (that would send the block's
+            # rows again, answered or not): the pass fails, and the caller resumes it from the
+            # durable shards with only the rows that have no answer (handoff.to_model).
+            max_restarts=0,
             **({"num_gpus": ray_section.num_gpus_per_actor} if ray_section.num_gpus_per_actor else {}),
         )
         # The actors write the answers; what comes back is one count per batch.

@@ -95,7 +95,8 @@ class ShardSink:
 
         if self._fs is None:
             self._fs, self._path = storage.arrow_filesystem(self.folder, self.s3)
-            self._fs.create_dir(self._path, recursive=True)
+            if storage.is_local(self.folder):  # an object store needs no folders
+                self._fs.create_dir(self._path, recursive=True)
         self._seq += 1
         name = f"{self.attempt}-{self._prefix}-{self._seq:06d}.parquet"
         final = f"{self._path}/{name}"

@@ -259,8 +259,11 @@ def _tokens(text: str) -> int:
 
 
 def make_app(lex: Lexicon, *, chat_latency_s: float = 0.0, chat_slots: int = 64, embed_latency_s: float = 0.0,
-             embed_slots: int = 16, dim: int = 64, adjudicate: str = "oracle") -> web.Application:
+             embed_slots: int = 16, dim: int = 64, adjudicate: str = "oracle", log: Path | None = None) -> web.Application:
+    """log: a file that gets one line per chat answer sent (the sha256 of the request body), the
+    record of what was paid for: a body twice in it was answered twice."""
     served: dict[str, int] = defaultdict(int)
+    paid = open(log, "a", buffering=1) if log is not None else None  # noqa: SIM115 (open for the app's life)
     peak = {"chat": 0, "embeddings": 0}
     busy = {"chat": 0, "embeddings": 0}
     slots = {"chat": asyncio.Semaphore(chat_slots), "embeddings": asyncio.Semaphore(embed_slots)}
@@ -281,6 +284,8 @@ def make_app(lex: Lexicon, *, chat_latency_s: float = 0.0, chat_slots: int = 64,
         kind, obj = answer_for(lex, body, adjudicate)
         content = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
         served[kind] += 1
+        if paid is not None:
+            paid.write(hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest() + "\n")
         prompt = sum(_tokens(m.get("content") or "") + 4 for m in body.get("messages") or []) + 3
         out = _tokens(content)
         return web.json_response({
@@ -304,7 +309,7 @@ def make_app(lex: Lexicon, *, chat_latency_s: float = 0.0, chat_slots: int = 64,
                                   "usage": {"prompt_tokens": n, "total_tokens": n}})
 
     async def stats(request: web.Request) -> web.Response:
-        return web.json_response({"served": dict(served), "max_in_flight": peak})
+        return web.json_response({"served": dict(served), "max_in_flight": peak, "in_flight": dict(busy)})
 
     async def models(request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "scripted-scale", "object": "model"}]})
@@ -334,11 +339,13 @@ def main() -> None:
     p.add_argument("--embed-slots", type=int, default=16)
     p.add_argument("--dim", type=int, default=64, help="embedding dimension")
     p.add_argument("--adjudicate", choices=["oracle", "never"], default="oracle")
+    p.add_argument("--log", default=None, help="file for one line per chat answer sent (sha256 of the request)")
     a = p.parse_args()
     if a.chat_slots < 1 or a.embed_slots < 1 or a.dim < 2:
         p.error("slots must be >= 1 and --dim >= 2")
     app = make_app(Lexicon(a.truth), chat_latency_s=a.chat_latency_s, chat_slots=a.chat_slots,
-                   embed_latency_s=a.embed_latency_s, embed_slots=a.embed_slots, dim=a.dim, adjudicate=a.adjudicate)
+                   embed_latency_s=a.embed_latency_s, embed_slots=a.embed_slots, dim=a.dim, adjudicate=a.adjudicate,
+                   log=Path(a.log) if a.log else None)
     run_server(serve_forever(app, a.port))
 
 

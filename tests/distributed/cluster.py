@@ -75,10 +75,11 @@ class Daemons:
         self.logs, self.env = logs, env
         self.procs: list[tuple[str, subprocess.Popen]] = []
 
-    def start(self, name: str, cmd: Sequence[str]) -> tuple[subprocess.Popen, Path]:
+    def start(self, name: str, cmd: Sequence[str], env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
+        """env: variables added to the shared environment for this daemon alone."""
         log = self.logs / f"{name}.log"
-        proc = subprocess.Popen(list(cmd), env=self.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(list(cmd), env={**self.env, **(env or {})}, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append((name, proc))
         return proc, log
 
@@ -153,14 +154,19 @@ class SparkStandalone:
 
 
 class RayLocalCluster:
-    """A Ray head with no CPUs and one worker node with `worker_cpus`: every task and actor runs
-    on the worker node, so a run that finishes proves the work crossed processes and nodes."""
+    """A Ray head with no CPUs and `workers` worker nodes with `worker_cpus` each: every task and
+    actor runs on a worker node, so a run that finishes proves the work crossed processes and
+    nodes. node_env(i): variables for worker node i alone (its processes inherit them), e.g. the
+    node-local cache folder a real node would have on its own disk."""
 
     def __init__(self, daemons: Daemons, temp_dir: Path, worker_cpus: int = 2,
-                 object_store_bytes: int = 100 * 1024 * 1024):
+                 object_store_bytes: int = 100 * 1024 * 1024, workers: int = 1,
+                 node_env: Callable[[int], dict[str, str]] | None = None):
         self.daemons, self.temp_dir = daemons, temp_dir
         self.worker_cpus, self.object_store_bytes = worker_cpus, object_store_bytes
+        self.workers, self.node_env = workers, node_env or (lambda i: {})
         self.gcs_port: int | None = None
+        self.nodes: list[subprocess.Popen] = []  # the worker nodes' `ray start` processes
 
     @property
     def address(self) -> str:
@@ -181,19 +187,25 @@ class RayLocalCluster:
             "--num-cpus", "0", "--include-dashboard", "false", "--temp-dir", str(self.temp_dir),
             *self._node_args()])
         wait_until(lambda: port_open(self.gcs_port), "Ray head (GCS) listening", 120, proc, log)
+        for i in range(self.workers):
+            self._start_worker(ray, i)
+        return self
+
+    def _start_worker(self, ray: str, i: int) -> None:
         # `ray start` gives a new node 30 s (fixed in Ray) to register with the GCS; on a shared,
         # loaded machine that can pass, so a node that gave up is cleared away and started again.
         for attempt in range(1, 4):
-            proc, log = self.daemons.start(f"ray-worker-{attempt}", [
-                ray, "start", "--address", self.address, "--num-cpus", str(self.worker_cpus), *self._node_args()])
+            proc, log = self.daemons.start(f"ray-worker-{i}-{attempt}", [
+                ray, "start", "--address", self.address, "--num-cpus", str(self.worker_cpus), *self._node_args()],
+                env=self.node_env(i))
             try:
-                wait_until(lambda: self.alive_nodes() == 2, "Ray worker node joined the head", 180, proc, log)
-                return self
+                wait_until(lambda: self.alive_nodes() == i + 2, f"Ray worker node {i} joined the head", 180, proc, log)
+                self.nodes.append(proc)
+                return
             except RuntimeError:
                 if attempt == 3 or proc.poll() is None:
                     raise
                 self.daemons.discard(proc)
-        return self
 
     def alive_nodes(self) -> int:
         """Nodes the GCS reports alive, asked with `ray status` in a separate process."""

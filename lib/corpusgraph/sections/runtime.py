@@ -279,7 +279,8 @@ class StorageSection(Section):
         return [self.warehouse, self.index_dir, self.shared_dir()]
 
     def uses_s3(self) -> bool:
-        """Whether any location this config names is on S3 (Spark then needs the s3a connector)."""
+        """Whether this run reaches an S3 store (Spark then needs the s3a connector): a location
+        here is on S3, or storage.s3 names an endpoint or keys (for inputs read from S3)."""
         from corpusgraph.storage import parse
 
-        return any(parse(loc).is_s3 for loc in self.locations())
+        return bool(self.s3.endpoint or self.s3.access_key) or any(parse(loc).is_s3 for loc in self.locations())
