@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from pyarrow import fs
 
@@ -91,6 +93,7 @@ def test_arrow_filesystem_s3_points_at_the_endpoint():
 
 def test_arrow_filesystem_local_and_dbfs():
     local, path = arrow_filesystem("work/w")
-    assert isinstance(local, fs.LocalFileSystem) and path == "work/w"
+    # pyarrow's local filesystem takes absolute paths: a relative folder is made absolute here.
+    assert isinstance(local, fs.LocalFileSystem) and path == os.path.join(os.getcwd(), "work", "w")
     _, path = arrow_filesystem("dbfs:/mnt/w")
     assert path == "/dbfs/mnt/w"
