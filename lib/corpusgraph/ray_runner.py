@@ -11,6 +11,7 @@ so it is right however many actors ran.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -81,12 +82,19 @@ class _LLMWorker:
             # Each answer joins the actor's unwritten rows as it comes, and they become a shard
             # once a batch's worth has gathered: a crash loses at most about one batch per actor
             # of answers (the node's response cache keeps those where the node survives).
-            async def one(i: int) -> ChatResult:
-                (res,) = await acomplete([requests[i]])
+            async def each(i: int, res: ChatResult) -> None:
                 await self._answered(self.table([rows[i]], [res]), units[i], flush_at=len(rows))
-                return res
 
-            results = await asyncio.gather(*(one(i) for i in range(len(rows))))
+            if "each" in inspect.signature(acomplete).parameters:
+                results = await acomplete(requests, each=each)
+            else:  # a client that tells of no single answer: one request per call
+
+                async def one(i: int) -> ChatResult:
+                    (res,) = await acomplete([requests[i]])
+                    await each(i, res)
+                    return res
+
+                results = await asyncio.gather(*(one(i) for i in range(len(rows))))
         elif acomplete is not None:
             results = await acomplete(requests)
         else:  # a client without an async API: keep the loop free for the other batches

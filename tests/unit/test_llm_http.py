@@ -271,6 +271,29 @@ def test_acomplete_and_complete_inside_a_running_loop(server):
     assert direct[0].text == "answer:ok" and nested[0].text == "answer:sleep0.01"
 
 
+def test_each_answer_is_told_as_it_comes_cache_hits_included(server, tmp_path):
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    model(server, cache=cache).complete([req("ok")])  # "ok" is cached from here on
+    told: list[tuple[int, str | None, bool]] = []
+
+    async def each(i, res):
+        told.append((i, res.text, res.cached))
+
+    out = asyncio.run(model(server, cache=cache).acomplete([req("sleep0.2"), req("ok"), req("400")], each=each))
+    # The hit first, then the fast failure, then the slow answer: as each was ready, not in order.
+    assert [t[0] for t in told] == [1, 2, 0]
+    assert told[0] == (1, "answer:ok", True) and told[2] == (0, "answer:sleep0.2", False)
+    assert [r.text for r in out] == ["answer:sleep0.2", "answer:ok", None]
+
+
+def test_an_each_that_raises_fails_the_batch(server):
+    async def each(i, res):
+        raise OSError("the shard could not be written")
+
+    with pytest.raises(OSError, match="shard"):
+        asyncio.run(model(server).acomplete([req("ok")], each=each))
+
+
 def test_model_pickles_for_ray_actors(server, tmp_path):
     m = model(server, cache=ResponseCache(tmp_path / "c.sqlite"), api_key="sk-secret-123")
     m.complete([req("ok")])  # opens a cache connection in this process

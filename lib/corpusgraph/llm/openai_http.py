@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Awaitable, Callable, Literal, Sequence
 
 import httpx
 
@@ -87,8 +87,12 @@ class OpenAIChatModel(EndpointClient):
         """
         return run_blocking(lambda: self.acomplete(requests), "corpusgraph-llm-batch")
 
-    async def acomplete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """The batch on the caller's loop; overlapping calls share the instance's limits."""
+    async def acomplete(self, requests: Sequence[ChatRequest],
+                        each: Callable[[int, ChatResult], Awaitable[None]] | None = None) -> list[ChatResult]:
+        """The batch on the caller's loop; overlapping calls share the instance's limits.
+
+        each: awaited with (position, result) as each result is ready (cache hits first), before
+        the batch returns; what it raises fails the batch."""
         requests = list(requests)
         keys = [self._key(r) for r in requests]
         # SQLite may wait on another process's lock; keep the loop free meanwhile.
@@ -99,12 +103,21 @@ class OpenAIChatModel(EndpointClient):
             if key in hits:
                 results[i] = from_stored(req, hits[key])
                 self._told()
+                if each is not None:
+                    await each(i, results[i])
             else:
                 todo.append(i)
+
+        async def answered(i: int) -> ChatResult:
+            res = await self._one(clients, requests[i], keys[i])
+            if each is not None:
+                await each(i, res)
+            return res
+
         if todo:
             clients = self._http.enter(self._new_client)
             try:
-                done = await asyncio.gather(*(self._one(clients, requests[i], keys[i]) for i in todo))
+                done = await asyncio.gather(*(answered(i) for i in todo))
             finally:
                 await self._http.exit(clients)
             for i, res in zip(todo, done):
