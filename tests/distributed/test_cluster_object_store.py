@@ -56,6 +56,7 @@ COMPARED = ("documents", "text_units", "extractions", "entities", "entity_aliase
             "communities", "community_reports", "embeddings")
 CONCURRENCY, ACTORS = 8, 2
 BATCH = max(8, CONCURRENCY)  # rows an actor answers before it writes a shard (ray_runner.py)
+CHAT_LATENCY_S = 0.05
 KILL_AT = 1 / 3  # of the clean extraction's answers, estimated from the corpus (see _expected_extract)
 RESULTS = REPO / "tests" / "benchmarks" / "results" / "cluster.json"
 
@@ -189,9 +190,13 @@ def test_index_on_object_storage_survives_a_killed_ray_worker_node(tmp_path):
     nodes_root = tmp_path / "nodes"
     env = localhost_cluster_env()
     report: dict = {"documents": N_DOCS, "nodes": {"spark_workers": 1, "ray_workers": 2},
-                    "storage": "s3a (localhost)", "killed": "ray worker node during extract"}
+                    "storage": "s3a (localhost)", "killed": "ray worker node during extract",
+                    "model": f"tests/benchmarks/scale_server.py, {CHAT_LATENCY_S} s per chat answer, 64 slots",
+                    "llm": {"actors": ACTORS, "concurrency_per_actor": CONCURRENCY, "batch_rows": BATCH}}
+    # A small latency per answer, so that requests are on the wire when the node dies.
     with MotoServer(logs) as s3, scale_server.running(
-            corpus / "truth", "--chat-slots", "64", "--dim", "64", "--log", str(tmp_path / "served.log")) as server:
+            corpus / "truth", "--chat-latency-s", str(CHAT_LATENCY_S), "--chat-slots", "64", "--dim", "64",
+            "--log", str(tmp_path / "served.log")) as server:
         from corpusgraph.storage import upload
 
         for f in sorted((corpus / "parquet").glob("*.parquet")):
