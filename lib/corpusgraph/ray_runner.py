@@ -181,7 +181,8 @@ def run_llm_task(
             num_cpus=LLM_ACTOR_CPUS,
             # A dead actor is not restarted with its block retried (that would send the block's
             # rows again, answered or not): the pass fails, and the caller resumes it from the
-            # durable shards with only the rows that have no answer (handoff.to_model).
+            # durable shards with only the rows that have no answer (handoff.to_model). (Ray 2.60
+            # takes it only among the remote args, which it warns will move by Ray 2.64.)
             max_restarts=0,
             **({"num_gpus": ray_section.num_gpus_per_actor} if ray_section.num_gpus_per_actor else {}),
         )
