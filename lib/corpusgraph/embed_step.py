@@ -142,7 +142,8 @@ def embed(st: StageContext, *, embeddings: EmbeddingSection, ray: RaySection, st
     init_ray(ray)
     for kind in embed_stage.KINDS:
         path = st.handoff(f"vectors-{kind}")
-        (mine.where(F.col("kind") == kind).orderBy("id").select("id", "vector").write.mode("overwrite").parquet(path))
+        (mine.where(F.col("kind") == kind).orderBy("id").select("id", "vector").write.mode("overwrite")
+         .parquet(st.spark_location(path)))
         built = _remote_build(path, index_dir, kind, sec.model, params, dim, s3)
         info = built["index"]
         result.rows[f"{kind}_vectors"] = built["count"]

@@ -5,7 +5,7 @@ folder or an object-store URI), each with a key (`_unit`, a hash of the row). Ra
 (ray_runner.py) answer them and write each answered batch as a Parquet shard into the pass's
 durable progress folder (shards.py). A rerun after any crash sends only the rows with no
 successful answer there; the pass's output is read back from the shards of every attempt, one
-row per key. The driver reads back only counts and usage sums; the caller merges the output frame
+row per key. The driver reads back only counts and the bookkeeping columns; the caller merges the output frame
 into its Delta table, after which the runner removes the progress folder. Writing a frame out
 and reading it back also cuts its lineage, so the steps use `save` for any intermediate frame
 they read more than once.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from pyarrow import fs as pafs
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
@@ -24,7 +23,7 @@ from . import storage
 from .config import LLMSection, RaySection
 from .llm.base import Usage
 from .progress import Work
-from .ray_runner import run_llm_task
+from .ray_runner import output_usage, run_llm_task
 from .run import StageContext
 from .shards import ATTEMPT, UNIT, WRITTEN, fingerprint
 
@@ -41,28 +40,9 @@ def save(st: StageContext, df, part: str):
 
 def _shards(st: StageContext, folder: str):
     """The shards written so far into a progress folder, or None when there are none."""
-    fs, path = storage.arrow_filesystem(folder, st.s3)
-    listed = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    if not any(i.type == pafs.FileType.File and i.base_name.endswith(".parquet") and
-               not i.base_name.startswith((".", "_")) for i in listed):
+    if not any(n.endswith(".parquet") and not n.startswith((".", "_")) for n in storage.list_files(folder, st.s3)):
         return None
     return st.spark.read.parquet(st.spark_location(folder))
-
-
-def _usage(out, llm: LLMSection, attempt: str) -> Usage:
-    """The pass's accounting, summed by Spark from the bookkeeping columns of its output rows:
-    a row paid for by an earlier attempt counts as a cache hit of this one."""
-    paid = (~F.coalesce(F.col("llm_cached"), F.lit(False))) & (F.col(ATTEMPT) == F.lit(attempt))
-    batch = paid & F.coalesce(F.col("llm_batch"), F.lit(False))
-    failed = paid & F.coalesce(F.col("llm_failed"), F.lit(False))
-    s = lambda c, when: F.sum(F.when(when, F.coalesce(F.col(c), F.lit(0))).otherwise(0))  # noqa: E731
-    n = lambda when: F.sum(when.cast("long"))  # noqa: E731
-    r = out.agg(F.count("*").alias("rows"), n(paid).alias("calls"), n(failed).alias("errors"),
-                s("llm_tokens_in", paid).alias("tin"), s("llm_tokens_out", paid).alias("tout"),
-                s("llm_tokens_in", batch).alias("bin"), s("llm_tokens_out", batch).alias("bout")).first()
-    calls, tin, tout, bin_, bout = (int(r[k] or 0) for k in ("calls", "tin", "tout", "bin", "bout"))
-    return Usage(calls=calls, tokens_in=tin, tokens_out=tout, cache_hits=int(r["rows"] or 0) - calls,
-                 errors=int(r["errors"] or 0), usd=llm.usd(tin - bin_, tout - bout) + llm.usd(bin_, bout, batch=True))
 
 
 # Tries of one pass when Ray loses a worker, an actor or a node under it: each try sends only the
@@ -90,15 +70,15 @@ def lost_to_a_crash(exc: BaseException) -> bool:
     return False
 
 
-def _pending(st: StageContext, keyed, folder: str, part: str) -> tuple[str, int]:
+def _pending(st: StageContext, keyed, folder: str, part: str) -> int:
     """The rows of `keyed` with no successful answer in the progress folder, saved as hand-off
-    `<part>-pending`; (its location, its rows)."""
+    `<part>-pending`; how many they are."""
     earlier = _shards(st, folder)
     pending = keyed
     if earlier is not None:
         done = earlier.where(~F.coalesce(F.col("llm_failed"), F.lit(False))).select(UNIT)
         pending = keyed.join(done.distinct(), UNIT, "left_anti")
-    return st.handoff(part + "-pending"), save(st, pending, part + "-pending").count()
+    return save(st, pending, part + "-pending").count()
 
 
 def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray: RaySection, label: str,
@@ -111,20 +91,20 @@ def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray:
     inputs = st.spark.read.parquet(st.spark_location(st.handoff(part)))
     keyed = inputs.withColumn(UNIT, F.sha2(F.to_json(F.struct(*[F.col(c) for c in inputs.columns])), 256))
     folder = st.progress_dir(part, fingerprint(task, llm.model, llm.temperature))
-    pending_at, todo = _pending(st, keyed, folder, part)
+    todo = _pending(st, keyed, folder, part)
     if todo < n:
         st.log(f"  {st.name}: {n - todo} of {n} rows already answered by an earlier attempt (durable under {folder})")
     for attempt in range(1, PASS_TRIES + 1):
         if not todo:
             break
         try:
-            run_llm_task(task, pending_at, folder, llm=llm, ray_section=ray, cache_dir=st.node_cache_dir,
+            run_llm_task(task, st.handoff(part + "-pending"), folder, llm=llm, ray_section=ray, cache_dir=st.node_cache_dir,
                          base_url=st.llm_base_url(), work=Work(label, unit, todo), s3=st.s3, attempt=st.run_id)
             break
         except Exception as exc:
             if attempt == PASS_TRIES or not lost_to_a_crash(exc):
                 raise
-            pending_at, todo = _pending(st, keyed, folder, part)
+            todo = _pending(st, keyed, folder, part)
             st.log(f"  {st.name}: Ray lost a worker under the pass ({type(exc).__name__}); {todo} rows have no "
                    f"durable answer yet: resuming them (try {attempt + 1} of {PASS_TRIES})")
             time.sleep(RETRY_WAIT_S * attempt)
@@ -137,7 +117,11 @@ def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray:
     out = (shards.join(keyed.select(UNIT), UNIT, "left_semi")
            .withColumn("_pick", F.row_number().over(best)).where(F.col("_pick") == 1).drop("_pick"))
     out = save(st, out, part + "-out")
-    return out.drop(UNIT, ATTEMPT, WRITTEN), _usage(out, llm, st.run_id)
+    # Only the bookkeeping columns come to the driver; a row paid by an earlier attempt counts
+    # as a cache hit of this one.
+    usage, nbytes = output_usage(st.handoff(part + "-out"), llm, st.s3, attempt=st.run_id)
+    st.note_collected(nbytes)
+    return out.drop(UNIT, ATTEMPT, WRITTEN), usage
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from . import progress, storage
 from .config import EmbeddingSection, RaySection
-from .ray_pass import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, EMBED_ACTOR_CPUS, IO_CPUS, LLM_ACTOR_CPUS, Tally, clear,
+from .ray_pass import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, EMBED_ACTOR_CPUS, IO_CPUS, LLM_ACTOR_CPUS, Tally,
                        init_ray, num_blocks, parquet_rows, progress_feed)
 
 __all__ = ["EMBED_META", "run_embed_task"]
@@ -104,5 +104,7 @@ def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, embe
             # An HTTP embedder waits on the server; the bundled one computes in the actor.
             num_cpus=LLM_ACTOR_CPUS if http else EMBED_ACTOR_CPUS,
         )
-        clear(out_path, s3)
+        # Ray adds files next to any already there: outputs left by an earlier pass of the same
+        # run would be read back (and counted) with this one's.
+        storage.remove_tree(out_path, s3)
         ds.write_parquet(out_where, filesystem=out_fs, ray_remote_args={"num_cpus": IO_CPUS})

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import threading
@@ -19,7 +17,7 @@ from typing import Callable
 from . import progress, storage
 from .config import RaySection
 
-__all__ = ["init_ray", "progress_feed", "Tally", "num_blocks", "parquet_rows", "row_keys", "clear", "IO_CPUS", "LLM_ACTOR_CPUS",
+__all__ = ["init_ray", "progress_feed", "Tally", "num_blocks", "parquet_rows", "IO_CPUS", "LLM_ACTOR_CPUS",
            "EMBED_ACTOR_CPUS", "BATCHES_PER_BLOCK", "BLOCKS_PER_ACTOR"]
 
 
@@ -192,15 +190,3 @@ def num_blocks(in_path: str, rows_per_block: int, s3: storage.S3Settings | None 
     """Blocks for the rows at in_path (counted from the Parquet footers, no data read)."""
     return max(1, -(-parquet_rows(in_path, s3) // rows_per_block))
 
-
-def row_keys(batch) -> list[str]:
-    """A key per row for rows handed in without one (the pipeline's hand-offs carry Spark's
-    `_unit`): a hash of the row's JSON."""
-    return [hashlib.sha256(json.dumps(r, sort_keys=True, default=str).encode()).hexdigest()
-            for r in batch.to_pylist()]
-
-
-def clear(out_path: str, s3: storage.S3Settings | None = None) -> None:
-    """Remove an output folder first: Ray adds files next to any already there, and outputs
-    left by an earlier pass of the same run would be read back (and counted) with this one's."""
-    storage.remove_tree(out_path, s3)

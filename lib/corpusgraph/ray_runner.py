@@ -11,7 +11,6 @@ so it is right however many actors ran.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -20,11 +19,11 @@ import pyarrow as pa
 from . import progress, storage
 from .config import LLMSection, RaySection
 from .llm.base import ChatRequest, ChatResult, Usage
-from .shards import COLUMNS as SHARD_COLUMNS, UNIT, ShardSink
+from .shards import ATTEMPT, COLUMNS as SHARD_COLUMNS, UNIT, ShardSink, split_keys
 # The embedding pass and Ray's start-up stay importable here for today's callers.
 from .ray_embed import EMBED_META, run_embed_task
 from .ray_pass import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, IO_CPUS, LLM_ACTOR_CPUS, Tally, init_ray, num_blocks,
-                       progress_feed, row_keys)
+                       progress_feed)
 
 __all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "run_embed_task",
            "EMBED_META", "META"]
@@ -56,10 +55,11 @@ class _LLMWorker:
 
     def __init__(self, task: LLMTask, llm: LLMSection, cache_dir: str, base_url: str | None, batch: bool = False,
                  progress_to=None, sink: ShardSink | None = None):
+        """sink: where `__call__` makes answered rows durable (the batch path writes its own)."""
         from .llm.factory import open_chat_model
 
         self.task, self.batch, self.sink = task, batch, sink
-        self.unwritten: list[tuple[pa.Table, str]] = []  # answered rows and their keys, for the next shard
+        self.unwritten: list[tuple[pa.Table, list[str]]] = []  # answered rows and their keys, for the next shard
         # The response cache is this node's own (a cluster's nodes share no folder): cache_dir
         # is expanded ($VAR) and made absolute here, on the node.
         self.chat = open_chat_model(llm, storage.node_path(cache_dir), base_url=base_url, batch=batch)
@@ -72,47 +72,31 @@ class _LLMWorker:
             self.chat.on_result = lambda: self.tally.add(1)
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
-        units = batch.column(UNIT).to_pylist() if UNIT in batch.column_names else row_keys(batch)
-        if UNIT in batch.column_names:
-            batch = batch.drop_columns([UNIT])
         rows = batch.to_pylist()
+        units = split_keys(rows)
         requests = self.task.requests(rows)
         acomplete = getattr(self.chat, "acomplete", None)
-        if acomplete is not None and self.sink is not None:
+        if acomplete is not None:
             # Each answer joins the actor's unwritten rows as it comes, and they become a shard
             # once a batch's worth has gathered: a crash loses at most about one batch per actor
             # of answers (the node's response cache keeps those where the node survives).
             async def each(i: int, res: ChatResult) -> None:
-                await self._answered(self.table([rows[i]], [res]), units[i], flush_at=len(rows))
+                await self._answered(self.table([rows[i]], [res]), [units[i]], flush_at=len(rows))
 
-            if "each" in inspect.signature(acomplete).parameters:
-                results = await acomplete(requests, each=each)
-            else:  # a client that tells of no single answer: one request per call
-
-                async def one(i: int) -> ChatResult:
-                    (res,) = await acomplete([requests[i]])
-                    await each(i, res)
-                    return res
-
-                results = await asyncio.gather(*(one(i) for i in range(len(rows))))
-        elif acomplete is not None:
-            results = await acomplete(requests)
+            results = await acomplete(requests, each=each)
         else:  # a client without an async API: keep the loop free for the other batches
             results = await asyncio.to_thread(self.chat.complete, requests)
-            if self.sink is not None:
-                for i, res in enumerate(results):
-                    await self._answered(self.table([rows[i]], [res]), units[i], flush_at=len(rows))
-        if self.sink is not None:
-            await self._flush()  # this batch is durable before it counts as done
+            self.unwritten.append((self.table(rows, results), units))
+        await self._flush()  # this batch is durable before it counts as done
         if self.tally is not None:
             if not self.per_request:
                 self.tally.add(len(rows))
             await self.tally.settle()
         return pa.table({"rows": pa.array([len(rows)], pa.int64())})
 
-    async def _answered(self, row: pa.Table, unit: str, flush_at: int) -> None:
-        self.unwritten.append((row, unit))
-        if len(self.unwritten) >= flush_at:
+    async def _answered(self, rows: pa.Table, units: list[str], flush_at: int) -> None:
+        self.unwritten.append((rows, units))
+        if sum(t.num_rows for t, _ in self.unwritten) >= flush_at:
             await self._flush()
 
     async def _flush(self) -> None:
@@ -121,7 +105,7 @@ class _LLMWorker:
         taken, self.unwritten = self.unwritten, []
         if taken:
             table = pa.concat_tables([t for t, _ in taken])
-            await asyncio.to_thread(self.sink.write, self.sink.stamp(table, [u for _, u in taken]))
+            await asyncio.to_thread(self.sink.write, table, [u for _, us in taken for u in us])
 
     def table(self, rows: list[dict], results: Sequence[ChatResult]) -> pa.Table:
         out = self.task.outputs(rows, results)
@@ -206,11 +190,10 @@ def _run_batched(task: LLMTask, in_path: str, sink: ShardSink, *, llm: LLMSectio
     failed, answered = True, 0
     try:
         for rows in chunks():
-            worker.chat.submit(task.requests(_strip(rows)))
+            worker.chat.submit(task.requests([{k: v for k, v in r.items() if k != UNIT} for r in rows]))
         for rows in chunks():
-            units = [r[UNIT] for r in rows] if rows and UNIT in rows[0] else row_keys(pa.Table.from_pylist(rows))
-            rows = _strip(rows)
-            sink.write(sink.stamp(worker.table(rows, worker.chat.complete(task.requests(rows))), units))
+            units = split_keys(rows)
+            sink.write(worker.table(rows, worker.chat.complete(task.requests(rows))), units)
             answered += len(rows)
             if bar is not None:  # a chunk's answers are all collected: its rows are done
                 bar.update(len(rows))
@@ -220,10 +203,6 @@ def _run_batched(task: LLMTask, in_path: str, sink: ShardSink, *, llm: LLMSectio
         if bar is not None:
             bar.close(failed=failed)
     return answered
-
-
-def _strip(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k != UNIT} for r in rows]
 
 
 def _row_chunks(ds, size: int):
@@ -238,18 +217,25 @@ def _row_chunks(ds, size: int):
         yield buf
 
 
-def output_usage(path: str | Path, llm: LLMSection, s3: storage.S3Settings | None = None) -> tuple[Usage, int]:
+def output_usage(path: str | Path, llm: LLMSection, s3: storage.S3Settings | None = None,
+                 attempt: str | None = None) -> tuple[Usage, int]:
     """A task's accounting from its Parquet output, reading only the bookkeeping columns (the
-    answers never come to the driver); also the bytes that were read."""
+    answers never come to the driver); also the bytes that were read.
+
+    attempt: with shard rows (shards.py), a row another attempt paid for counts as a cache hit
+    of this one."""
     import pyarrow.compute as pc
     import pyarrow.dataset as pads
 
     fs, where = storage.arrow_filesystem(str(path), s3)
     ds = pads.dataset(where, filesystem=fs, format="parquet")
-    tbl = ds.to_table(columns=[n for n, _ in META if n in ds.schema.names])
+    wanted = [n for n, _ in META] + ([ATTEMPT] if attempt is not None else [])
+    tbl = ds.to_table(columns=[n for n in wanted if n in ds.schema.names])
     if "llm_batch" not in tbl.column_names:  # written before the batch backend
         tbl = tbl.append_column("llm_batch", pa.array([False] * tbl.num_rows, pa.bool_()))
     paid = pc.invert(pc.fill_null(tbl.column("llm_cached"), False))
+    if attempt is not None:
+        paid = pc.and_(paid, pc.equal(tbl.column(ATTEMPT), attempt))
 
     def total(name: str, mask) -> int:
         return int(pc.sum(pc.fill_null(pc.filter(tbl.column(name), mask), 0)).as_py() or 0)

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from . import storage
 
-__all__ = ["UNIT", "ATTEMPT", "WRITTEN", "COLUMNS", "ShardSink", "fingerprint"]
+__all__ = ["UNIT", "ATTEMPT", "WRITTEN", "COLUMNS", "ShardSink", "fingerprint", "split_keys"]
 
 UNIT, ATTEMPT, WRITTEN = "_unit", "_attempt", "_written"
 COLUMNS = [(UNIT, pa.string()), (ATTEMPT, pa.string()), (WRITTEN, pa.float64())]
@@ -47,6 +47,14 @@ def _canonical(value) -> str:
         if " at 0x" in text:
             raise ValueError(f"no stable fingerprint for {type(value).__name__}: {text[:120]}") from None
         return text
+
+
+def split_keys(rows: list[dict]) -> list[str]:
+    """Each row's key, taken out of the row: Spark's `_unit` where the hand-off carries it, else
+    (rows handed in directly, as tests do) a hash of the row's JSON."""
+    if rows and UNIT in rows[0]:
+        return [r.pop(UNIT) for r in rows]
+    return [hashlib.sha256(json.dumps(r, sort_keys=True, default=str).encode()).hexdigest() for r in rows]
 
 
 def fingerprint(task, model: str, temperature: float) -> str:
@@ -82,17 +90,15 @@ class ShardSink:
     def __setstate__(self, state):
         self.__init__(state["folder"], state["s3"], state["attempt"])
 
-    def stamp(self, table: pa.Table, units: list[str]) -> pa.Table:
-        """Output rows with their input keys, this attempt and the time."""
-        n = table.num_rows
-        return (table.append_column(UNIT, pa.array(units, pa.string()))
-                .append_column(ATTEMPT, pa.array([self.attempt] * n, pa.string()))
-                .append_column(WRITTEN, pa.array([time.time()] * n, pa.float64())))
-
-    def write(self, table: pa.Table) -> str:
-        """One batch's rows made durable; returns the file's location."""
+    def write(self, table: pa.Table, units: list[str]) -> str:
+        """Output rows made durable as one shard, with their input keys, this attempt and the
+        time; returns the shard's location."""
         import pyarrow.parquet as pq
 
+        n = table.num_rows
+        table = (table.append_column(UNIT, pa.array(units, pa.string()))
+                 .append_column(ATTEMPT, pa.array([self.attempt] * n, pa.string()))
+                 .append_column(WRITTEN, pa.array([time.time()] * n, pa.float64())))
         if self._fs is None:
             self._fs, self._path = storage.arrow_filesystem(self.folder, self.s3)
             if storage.is_local(self.folder):  # an object store needs no folders

@@ -105,12 +105,7 @@ def write_index(
 def available_kinds(index_dir: str | os.PathLike[str], s3: S3Settings | None = None) -> list[str]:
     """Kinds with both files present under `index_dir` (a folder or a URI), sorted; [] if it does
     not exist. s3: how to reach an s3:// or s3a:// index_dir (None: from the environment)."""
-    if not is_local(str(index_dir)):
-        names = set(list_files(str(index_dir), s3))
-    elif Path(local_path(str(index_dir))).is_dir():
-        names = {p.name for p in Path(local_path(str(index_dir))).iterdir() if p.is_file()}
-    else:
-        return []
+    names = set(list_files(str(index_dir), s3))
     kinds = [n[: -len(".faiss")] for n in names if n.endswith(".faiss")]
     return sorted(k for k in kinds if _KIND.match(k) and f"{k}.meta.json" in names)
 

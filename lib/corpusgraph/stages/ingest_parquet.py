@@ -45,7 +45,7 @@ def probe_footers(paths: Sequence[str], s3=None) -> tuple[list[str], list[dict]]
             # pyarrow wants file:///x where Spark writes file:/x.
             if uri.startswith("file:/"):
                 fs, path = pafs.FileSystem.from_uri("file:///" + uri[len("file:/"):].lstrip("/"))
-            elif uri.split("://", 1)[0].lower() in ("s3a", "s3", "gs", "abfss"):
+            elif uri.split("://", 1)[0].lower() in (*storage.S3_SCHEMES, "gs", "abfss"):
                 fs, path = storage.arrow_filesystem(uri, s3)
             else:
                 fs, path = pafs.FileSystem.from_uri(uri)
