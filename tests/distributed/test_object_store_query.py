@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +39,7 @@ from tests.conftest import REPO
 from tests.distributed.objectstore import MotoServer
 from tests.unit.embed_server import EmbedServer, vector_for
 from tests.unit.query_fixtures import build_tiny_index
+from tests.unit.test_serving import wait_ready
 
 pytestmark = pytest.mark.spark
 
@@ -109,15 +109,6 @@ def world(tmp_path, monkeypatch):
         yield _config_file(tmp_path, s3, chat.base_url, embed.base_url), s3, texts
 
 
-def _ready(client, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        r = client.get("/readyz")
-        if r.status_code == 200 or time.monotonic() > deadline:
-            return r
-        time.sleep(0.05)
-
-
 def test_the_service_answers_from_a_warehouse_and_index_only_on_s3(world, tmp_path):
     from fastapi.testclient import TestClient
 
@@ -132,7 +123,7 @@ def test_the_service_answers_from_a_warehouse_and_index_only_on_s3(world, tmp_pa
 
     cfg = load_config(conf)
     with TestClient(create_app(cfg)) as client:
-        ready = _ready(client)
+        ready = wait_ready(client, 60.0)
         assert ready.status_code == 200, ready.text
         versions = ready.json()["table_versions"]
         assert versions["documents"] == open_delta(table_path(WAREHOUSE, "documents"), s3).version()
