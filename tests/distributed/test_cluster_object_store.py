@@ -78,19 +78,13 @@ def _common(server_url: str, s3) -> dict:
     }
 
 
-def _overlay(root: Path, name: str, data: dict) -> Path:
+def _overlay(root: Path, name: str, data: dict, base: Path = REPO / "conf" / "local.yaml") -> Path:
+    """A config file over `base` (the config loader merges the two)."""
     if not (root / "prompts").exists():
         (root / "prompts").symlink_to(REPO / "conf" / "prompts", target_is_directory=True)
     path = root / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"base": str(REPO / "conf" / "local.yaml"), **data}, sort_keys=False))
+    path.write_text(yaml.safe_dump({"base": str(base), **data}, sort_keys=False))
     return path
-
-
-def _merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def _spark_submit(overlay: Path, master: str, root: Path, env: dict, log: Path) -> subprocess.Popen:
@@ -201,20 +195,20 @@ def test_index_on_object_storage_survives_a_killed_ray_worker_node(tmp_path):
 
         for f in sorted((corpus / "parquet").glob("*.parquet")):
             upload(f, f"s3://{BUCKET}/corpus/{f.name}", s3)
-        common = _common(server.base_url, s3)
+        common = _overlay(tmp_path, "common", _common(server.base_url, s3))
         daemons = Daemons(logs, env)
         try:
             spark = SparkStandalone(daemons, tmp_path, cores=1, memory="2g").start()
             ray = RayLocalCluster(daemons, ray_tmp, worker_cpus=1, workers=2,
                                   node_env=lambda i: {"CG_NODE": f"ray-{i}"}).start()
-            cluster = _overlay(tmp_path, "cluster", _merge(common, {
+            cluster = _overlay(tmp_path, "cluster", {
                 "spark": {"master": spark.master_url, "jars_dir": str(REPO / "jars"),
                           "extra": {"spark.sql.warehouse.dir": str(tmp_path / "spark-warehouse")}},
                 "ray": {"address": ray.address, "actors": ACTORS},
                 "storage": {"warehouse": f"s3a://{BUCKET}/cluster/warehouse",
                             "index_dir": f"s3a://{BUCKET}/cluster/index", "run_dir": f"s3a://{BUCKET}/cluster/run",
                             "cache_dir": str(nodes_root) + "/$CG_NODE/cache"},
-            }))
+            }, base=common)
             t_run = time.monotonic()
             proc = _spark_submit(cluster, spark.master_url, tmp_path, env, logs / "spark-submit.log")
             kill_at = int(_expected_extract(corpus) * KILL_AT)
@@ -245,7 +239,7 @@ def test_index_on_object_storage_survives_a_killed_ray_worker_node(tmp_path):
         # The cluster build's answers; the local build's (below) are paid again on purpose.
         served_by_cluster = len((tmp_path / "served.log").read_text().split())
         t_local = time.monotonic()
-        local = _overlay(tmp_path, "local", _merge(common, {
+        local = _overlay(tmp_path, "local", {
             "spark": {"master": "local[2]", "jars_dir": str(REPO / "jars"), "driver_memory": "2g",
                       "extra": {"spark.default.parallelism": "2",
                                 "spark.sql.warehouse.dir": str(tmp_path / "spark-warehouse-local"),
@@ -253,7 +247,7 @@ def test_index_on_object_storage_survives_a_killed_ray_worker_node(tmp_path):
             "ray": {"address": None, "num_cpus": 2, "actors": ACTORS},
             "storage": {"warehouse": str(tmp_path / "local" / "warehouse"), "index_dir": str(tmp_path / "local" / "index"),
                         "cache_dir": str(tmp_path / "local" / "cache")},
-        }))
+        }, base=common)
         assert _local_index(local, tmp_path, env, logs / "local.log") == 0, (logs / "local.log").read_text()[-5000:]
         report["local_seconds"] = round(time.monotonic() - t_local, 1)
         cluster_tables = _tables(f"s3a://{BUCKET}/cluster/warehouse", s3)
