@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:  # never executed: the command imports the app only when it runs
     from corpusgraph.config import Config, ServeKey
 
-__all__ = ["add_serve_command", "apply_options", "uvicorn_limits"]
+__all__ = ["add_serve_command", "apply_options", "limit_malloc_arenas", "uvicorn_limits"]
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -83,15 +83,40 @@ def _one_thread_per_request() -> None:
         os.environ.setdefault(var, "1")
 
 
+def limit_malloc_arenas(arenas: int) -> bool:
+    """mallopt(M_ARENA_MAX, arenas) on glibc, before the service starts its threads; True when set.
+
+    Every thread that allocates under contention gets a glibc arena of its own (up to 8 per
+    core), and memory freed into one is kept there for that arena's next use, so a service with
+    dozens of threads (uvicorn's, the query pool's, FAISS's, the HTTP clients') grows in steps
+    long after its caches are full. A few shared arenas keep it flat at a small cost in lock
+    contention. Not glibc (musl, macOS), or 0: nothing is changed.
+    """
+    import ctypes
+    import ctypes.util
+
+    if arenas <= 0:
+        return False
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = getattr(libc, "mallopt", None)
+    except OSError:
+        return False
+    M_ARENA_MAX = -8  # glibc malloc.h
+    return bool(mallopt and mallopt(M_ARENA_MAX, arenas) == 1)
+
+
 def cmd_serve(args: argparse.Namespace, config_loader=None) -> int:
     _one_thread_per_request()
+    if config_loader is None:
+        from corpusgraph.cli_common import config_from_args as config_loader
+    config, keys = apply_options(args, config_loader(args))
+    limit_malloc_arenas(config.serve.malloc_arenas)
     import uvicorn
 
     from serving.app import create_app
 
-    if config_loader is None:
-        from corpusgraph.cli_common import config_from_args as config_loader
-    config, keys = apply_options(args, config_loader(args))
     host = args.host or config.serve.host
     port = config.serve.port if args.port is None else args.port
     app = create_app(config, extra_keys=keys)

@@ -311,3 +311,64 @@ def test_a_key_file_others_can_read_is_refused_naming_the_path_and_the_fix(tmp_p
     assert [k.key.get_secret_value() for k in read_key_file(str(keys))] == ["the-secret-key"]
     keys.chmod(0o400)
     assert len(read_key_file(str(keys))) == 1
+
+
+_ARENA_PROBE = r"""
+import ctypes, os, sys, tempfile, threading
+from serving.cli_serve import limit_malloc_arenas
+
+arenas = int(sys.argv[1])
+print("set", limit_malloc_arenas(arenas))
+go = threading.Barrier(8)
+
+def work():
+    go.wait()  # all eight allocate at once, each on its first malloc in a new thread
+    keep = [bytearray(50_000) for _ in range(20)]
+    go.wait()
+
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+libc = ctypes.CDLL(None)
+libc.fdopen.restype = ctypes.c_void_p
+fd, path = tempfile.mkstemp()
+out = libc.fdopen(fd, b"w")
+libc.malloc_info(0, ctypes.c_void_p(out))
+libc.fclose(ctypes.c_void_p(out))
+print("heaps", open(path).read().count("<heap nr="))
+os.unlink(path)
+"""
+
+
+def _heaps(arenas: int) -> tuple[str, int]:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    done = subprocess.run([sys.executable, "-c", _ARENA_PROBE, str(arenas)], capture_output=True, text=True,
+                          cwd=REPO, timeout=60, check=True)
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    return lines["set"], int(lines["heaps"])
+
+
+def test_the_service_caps_malloc_arenas_so_threads_share_them():
+    """serve.malloc_arenas goes to glibc: eight threads allocating at once make eight or more
+    arenas by default and share one when capped at one (counted by glibc's malloc_info)."""
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt(M_ARENA_MAX) is glibc's; this libc has no such setting")
+    unset, default_heaps = _heaps(0)
+    assert unset == "False" and default_heaps >= 8
+    assert _heaps(1) == ("True", 1)
+
+
+def test_malloc_arenas_default_to_two():
+    from corpusgraph.config import ServeSection
+
+    assert ServeSection().malloc_arenas == 2
+    with pytest.raises(ValueError):
+        ServeSection(malloc_arenas=-1)

@@ -56,3 +56,7 @@ class ServeSection(Section):
                                         "${VAR} here. None: the endpoint is off (404).")
     reload_poll_s: float = Field(0.0, ge=0, description="Check the warehouse for a new index version this often and "
                                  "swap it in when no run is writing it; 0: only on POST /admin/reload.")
+    malloc_arenas: int = Field(2, ge=0, description="Most glibc malloc arenas the service process uses (mallopt "
+                               "M_ARENA_MAX, set at start-up before any thread). glibc's default, 8 per core, lets "
+                               "each of the service's many threads keep freed memory in an arena of its own, so "
+                               "resident memory climbs in steps under load; 0: glibc's default.")
