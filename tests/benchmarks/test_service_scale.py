@@ -19,7 +19,9 @@ Issue 13 (item 9) and issue 18 (item 5). The index is the warehouse and vector f
    SERVICE_TIMEOUT_S; a request with no answer after REQUEST_TIMEOUT_S counts as hung. From OUTAGE_AT_S
    the chat server is stopped for OUTAGE_S and started again on the same port. Every request's
    status and latency are split by method and by phase (before, during, after the outage,
-   by the request's start). The service's RSS is sampled throughout.
+   by the request's start). The service's RSS is sampled throughout, and its growth is reported per
+quarter of the time after warm-up. CORPUSGRAPH_BENCH_SERVICE_MALLOC_ARENAS sets the service's
+serve.malloc_arenas (default: the config's); CLIENTS and SECONDS set the load.
 
 Writes tests/benchmarks/results/service_load.json. Asserts what the service promises: no
 request hangs past the load tool's timeout and none is a 500; answers resume after the outage.
@@ -174,7 +176,20 @@ def memory_figures(samples: list[tuple[float, float]], t_load: float, events: li
     step = max(1, len(timeline) // 40)
     return {"rss_mb_warm": warm, "rss_warm_at_s": WARM_S, "requests_after_warm": after,
             "rss_mb_per_1k_requests_after_warm": round((rss_end - warm) / after * 1000, 1) if warm and after else None,
+            "rss_mb_growth_by_quarter_after_warm": quarter_growth(timeline),
             "rss_mb_timeline": timeline[::step]}
+
+
+def quarter_growth(timeline: list[tuple[float, float]]) -> list[float] | None:
+    """RSS change (MB) over each quarter of the measured time after WARM_S: growth that keeps
+    going shows in the last quarters, a settled service shows ~0 there."""
+    warm = [(t, rss) for t, rss in timeline if t >= WARM_S]
+    if len(warm) < 8:
+        return None
+    t0, t1 = warm[0][0], warm[-1][0]
+    at = lambda x: next(rss for t, rss in warm if t >= x)  # noqa: E731
+    edges = [at(t0 + (t1 - t0) * q / 4) for q in range(4)] + [warm[-1][1]]
+    return [round(b - a, 1) for a, b in zip(edges, edges[1:])]
 
 
 def summarise(events: list[dict]) -> dict:
@@ -215,6 +230,8 @@ def test_service_on_the_scale_index(tmp_path):
                 "storage.cache_dir": str(tmp_path / "cache"), "llm.backend": "openai",
                 "llm.api_base": f"http://127.0.0.1:{llm_port}/v1", "llm.model": "bench", "llm.concurrency": "64",
                 **emb}
+        if os.environ.get(ENV + "MALLOC_ARENAS"):  # the service's serve.malloc_arenas (else the config's)
+            sets["serve.malloc_arenas"] = os.environ[ENV + "MALLOC_ARENAS"]
         cfg = load_config(REPO / "conf" / "local.yaml", sets)
         figures = in_process_figures(cfg)
 
@@ -273,7 +290,8 @@ def test_service_on_the_scale_index(tmp_path):
         **summary, "load_tool_errors_by_status": overall["errors_by_status"],
         **{k: figures[k] for k in ("rss_mb_start", "rss_mb_warm", "rss_mb_end", "rss_mb_max", "rss_mb_samples",
                                    "rss_warm_at_s", "requests_after_warm", "rss_mb_per_1k_requests_after_warm",
-                                   "rss_mb_timeline", "service_start_s")},
+                                   "rss_mb_growth_by_quarter_after_warm", "rss_mb_timeline", "service_start_s")},
+        "malloc_arenas": cfg.serve.malloc_arenas,
         "in_process": {k: v for k, v in figures.items()
                        if not k.startswith(("rss_", "service_start", "requests_after_warm"))},
         "llm": f"fixed_latency_answer_server.py, {LATENCY_S} s per call, 512 slots, {RELEVANT_SHARE:.0%} of "
