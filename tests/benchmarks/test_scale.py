@@ -249,6 +249,9 @@ def write_results(entry: dict) -> dict:
     if entry.pop("resumed", False):
         before = next((s for s in old.get("sizes", []) if s["documents"] == entry["documents"]), None)
         entry = merge_resumed(before, entry)
+    before = next((s for s in old.get("sizes", []) if s["documents"] == entry["documents"]), None)
+    if before and "estimate" in before:  # the dry run's figures (test_scale_estimate) stay with the size
+        entry.setdefault("estimate", before["estimate"])
     sizes = [s for s in old.get("sizes", []) if s["documents"] != entry["documents"]] + [entry]
     sizes.sort(key=lambda s: s["documents"])
     largest_resolved = max((s for s in sizes if s.get("resolution")), key=lambda s: s["documents"], default=None)
