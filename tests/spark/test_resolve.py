@@ -160,6 +160,32 @@ def _labels_until_stable(spark, nodes, edges):
     raise AssertionError("no convergence")
 
 
+def test_components_of_a_long_chain_with_ids_in_random_order_take_few_rounds(spark):
+    """A chain of 256 names whose ids are in random order (as hashed ids are): every name ends
+    with the chain's smallest id, in at most 12 rounds. Propagation alone moves a label one edge
+    per round and needed 80-100 rounds on such chains (see the resolve_merge docstring)."""
+    import random
+
+    from corpusgraph.stages import resolve_merge as RM
+
+    ids = [f"n{i:03d}" for i in range(256)]
+    order = ids[:]
+    random.Random(3).shuffle(order)
+    nodes = spark.createDataFrame([(i,) for i in ids + ["lone"]], "node_id string")
+    edges = spark.createDataFrame(list(zip(order, order[1:])), "a string, b string")
+    labels = RM.cc_start(nodes)
+    for rounds in range(1, 13):
+        new = RM.cc_step(labels, edges).localCheckpoint()
+        if RM.changed(labels, new).count() == 0:
+            break
+        labels = new
+    else:
+        raise AssertionError("not converged in 12 rounds")
+    got = {r["node_id"]: r["label"] for r in new.collect()}
+    assert {got[i] for i in ids} == {"n000"} and got["lone"] == "lone"
+    assert rounds <= 12
+
+
 def test_connected_components_and_the_chain_guard(spark):
     from corpusgraph.stages import resolve_merge as RM
 
