@@ -246,10 +246,9 @@ def merge_resumed(old: dict | None, entry: dict) -> dict:
 
 def write_results(entry: dict) -> dict:
     old = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    if entry.pop("resumed", False):
-        before = next((s for s in old.get("sizes", []) if s["documents"] == entry["documents"]), None)
-        entry = merge_resumed(before, entry)
     before = next((s for s in old.get("sizes", []) if s["documents"] == entry["documents"]), None)
+    if entry.pop("resumed", False):
+        entry = merge_resumed(before, entry)
     if before and "estimate" in before:  # the dry run's figures (test_scale_estimate) stay with the size
         entry.setdefault("estimate", before["estimate"])
     sizes = [s for s in old.get("sizes", []) if s["documents"] != entry["documents"]] + [entry]
