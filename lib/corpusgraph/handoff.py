@@ -23,7 +23,7 @@ from . import storage
 from .config import LLMSection, RaySection
 from .llm.base import Usage
 from .progress import Work
-from .ray_runner import output_usage, run_llm_task
+from .ray_runner import USAGE_SUMS, run_llm_task, usage_from_sums
 from .run import StageContext
 from .shards import ATTEMPT, UNIT, WRITTEN, fingerprint
 
@@ -117,11 +117,35 @@ def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray:
     out = (shards.join(keyed.select(UNIT), UNIT, "left_semi")
            .withColumn("_pick", F.row_number().over(best)).where(F.col("_pick") == 1).drop("_pick"))
     out = save(st, out, part + "-out")
-    # Only the bookkeeping columns come to the driver; a row paid by an earlier attempt counts
-    # as a cache hit of this one.
-    usage, nbytes = output_usage(st.handoff(part + "-out"), llm, st.s3, attempt=st.run_id)
-    st.note_collected(nbytes)
-    return out.drop(UNIT, ATTEMPT, WRITTEN), usage
+    # Only the pass's seven usage sums come to the driver (one row); a row paid by an earlier
+    # attempt counts as a cache hit of this one.
+    sums = spark_usage_sums(out, st.run_id)
+    st.note_collected(8 * len(sums))
+    return out.drop(UNIT, ATTEMPT, WRITTEN), usage_from_sums(sums, llm)
+
+
+def spark_usage_sums(out, attempt: str | None = None) -> dict:
+    """ray_runner.USAGE_SUMS of an LLM pass's output rows, summed by Spark in one aggregation (the
+    pyarrow twin is ray_runner.output_usage): a dict of seven integers."""
+    def flag(name: str):
+        return F.coalesce(F.col(name), F.lit(False)) if name in out.columns else F.lit(False)
+
+    paid = ~flag("llm_cached")
+    if attempt is not None:
+        paid = paid & F.coalesce(F.col(ATTEMPT) == F.lit(attempt), F.lit(False))
+    batch = paid & flag("llm_batch")
+
+    def total(name: str, mask):
+        return F.sum(F.when(mask, F.coalesce(F.col(name), F.lit(0))).otherwise(F.lit(0)))
+
+    def count(mask):
+        return F.sum(F.when(mask, F.lit(1)).otherwise(F.lit(0)))
+
+    cols = {"rows": F.count(F.lit(1)), "calls": count(paid), "errors": count(paid & flag("llm_failed")),
+            "tokens_in": total("llm_tokens_in", paid), "tokens_out": total("llm_tokens_out", paid),
+            "batch_tokens_in": total("llm_tokens_in", batch), "batch_tokens_out": total("llm_tokens_out", batch)}
+    row = out.agg(*[c.alias(k) for k, c in cols.items()]).first()
+    return {k: int(row[k] or 0) for k in USAGE_SUMS}
 
 
 @dataclass

@@ -25,7 +25,7 @@ from .ray_embed import EMBED_META, run_embed_task
 from .ray_pass import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, IO_CPUS, LLM_ACTOR_CPUS, Tally, init_ray, num_blocks,
                        progress_feed)
 
-__all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "run_embed_task",
+__all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "usage_from_sums", "USAGE_SUMS", "run_embed_task",
            "EMBED_META", "META"]
 
 # Bookkeeping columns added to every output row and dropped before the Delta write (llm_batch:
@@ -217,10 +217,28 @@ def _row_chunks(ds, size: int):
         yield buf
 
 
+# The sums that a pass's accounting is made of, over its output rows ("paid": not a cache hit and,
+# with `attempt`, answered by this attempt; "batch": paid through the batch API). Computed where
+# the rows are (Spark in the pipeline, pyarrow in tools and tests), so only these seven integers
+# come to the driver, and turned into a Usage by one formula (usage_from_sums).
+USAGE_SUMS = ("rows", "calls", "errors", "tokens_in", "tokens_out", "batch_tokens_in", "batch_tokens_out")
+
+
+def usage_from_sums(sums: dict, llm: LLMSection) -> Usage:
+    """A pass's Usage from its USAGE_SUMS (missing or null sums count 0): every row not paid is a
+    cache hit; batch tokens are priced at the batch price."""
+    n = {k: int(sums.get(k) or 0) for k in USAGE_SUMS}
+    sync_in, sync_out = n["tokens_in"] - n["batch_tokens_in"], n["tokens_out"] - n["batch_tokens_out"]
+    return Usage(calls=n["calls"], tokens_in=n["tokens_in"], tokens_out=n["tokens_out"],
+                 cache_hits=n["rows"] - n["calls"], errors=n["errors"],
+                 usd=llm.usd(sync_in, sync_out) + llm.usd(n["batch_tokens_in"], n["batch_tokens_out"], batch=True))
+
+
 def output_usage(path: str | Path, llm: LLMSection, s3: storage.S3Settings | None = None,
                  attempt: str | None = None) -> tuple[Usage, int]:
-    """A task's accounting from its Parquet output, reading only the bookkeeping columns (the
-    answers never come to the driver); also the bytes that were read.
+    """A task's accounting from its Parquet output read with pyarrow (tools and tests; the pipeline
+    sums the same columns in Spark, handoff.spark_usage_sums): only the bookkeeping columns are
+    read, never the answers; also the bytes that were read.
 
     attempt: with shard rows (shards.py), a row another attempt paid for counts as a cache hit
     of this one."""
@@ -231,24 +249,26 @@ def output_usage(path: str | Path, llm: LLMSection, s3: storage.S3Settings | Non
     ds = pads.dataset(where, filesystem=fs, format="parquet")
     wanted = [n for n, _ in META] + ([ATTEMPT] if attempt is not None else [])
     tbl = ds.to_table(columns=[n for n in wanted if n in ds.schema.names])
-    if "llm_batch" not in tbl.column_names:  # written before the batch backend
-        tbl = tbl.append_column("llm_batch", pa.array([False] * tbl.num_rows, pa.bool_()))
-    paid = pc.invert(pc.fill_null(tbl.column("llm_cached"), False))
+
+    def flag(name: str):
+        return pc.fill_null(tbl.column(name), False) if name in tbl.column_names else \
+            pa.array([False] * tbl.num_rows, pa.bool_())  # llm_batch: absent in outputs from before the batch backend
+
+    paid = pc.invert(flag("llm_cached"))
     if attempt is not None:
         paid = pc.and_(paid, pc.equal(tbl.column(ATTEMPT), attempt))
+    batch = pc.and_(paid, flag("llm_batch"))
 
     def total(name: str, mask) -> int:
         return int(pc.sum(pc.fill_null(pc.filter(tbl.column(name), mask), 0)).as_py() or 0)
 
-    tokens_in, tokens_out = total("llm_tokens_in", paid), total("llm_tokens_out", paid)
-    failed = pc.and_(paid, pc.fill_null(tbl.column("llm_failed"), False))
-    calls = int(pc.sum(pc.cast(paid, pa.int64())).as_py() or 0)
-    batch = pc.and_(paid, pc.fill_null(tbl.column("llm_batch"), False))
-    bin_, bout = total("llm_tokens_in", batch), total("llm_tokens_out", batch)
-    usage = Usage(calls=calls, tokens_in=tokens_in, tokens_out=tokens_out, cache_hits=tbl.num_rows - calls,
-                  errors=int(pc.sum(pc.cast(failed, pa.int64())).as_py() or 0),
-                  usd=llm.usd(tokens_in - bin_, tokens_out - bout) + llm.usd(bin_, bout, batch=True))
-    return usage, tbl.nbytes
+    def count(mask) -> int:
+        return int(pc.sum(pc.cast(mask, pa.int64())).as_py() or 0)
+
+    sums = {"rows": tbl.num_rows, "calls": count(paid), "errors": count(pc.and_(paid, flag("llm_failed"))),
+            "tokens_in": total("llm_tokens_in", paid), "tokens_out": total("llm_tokens_out", paid),
+            "batch_tokens_in": total("llm_tokens_in", batch), "batch_tokens_out": total("llm_tokens_out", batch)}
+    return usage_from_sums(sums, llm), tbl.nbytes
 
 
 def usage_from_outputs(path: str | Path, llm: LLMSection) -> tuple[Usage, pa.Table]:
