@@ -59,7 +59,9 @@ class _LLMWorker:
         from .llm.factory import open_chat_model
 
         self.task, self.batch, self.sink = task, batch, sink
-        self.unwritten: list[tuple[pa.Table, list[str]]] = []  # answered rows and their keys, for the next shard
+        # Answered output rows (dicts, bookkeeping included) and their keys, for the next shard: one
+        # Arrow table per shard, not one per answer.
+        self.unwritten: list[tuple[list[dict], list[str]]] = []
         # The response cache is this node's own (a cluster's nodes share no folder): cache_dir
         # is expanded ($VAR) and made absolute here, on the node.
         self.chat = open_chat_model(llm, storage.node_path(cache_dir), base_url=base_url, batch=batch)
@@ -81,12 +83,12 @@ class _LLMWorker:
             # once a batch's worth has gathered: a crash loses at most about one batch per actor
             # of answers (the node's response cache keeps those where the node survives).
             async def each(i: int, res: ChatResult) -> None:
-                await self._answered(self.table([rows[i]], [res]), [units[i]], flush_at=len(rows))
+                await self._answered(self.output_rows([rows[i]], [res]), [units[i]], flush_at=len(rows))
 
             results = await acomplete(requests, each=each)
         else:  # a client without an async API: keep the loop free for the other batches
             results = await asyncio.to_thread(self.chat.complete, requests)
-            self.unwritten.append((self.table(rows, results), units))
+            self.unwritten.append((self.output_rows(rows, results), units))
         await self._flush()  # this batch is durable before it counts as done
         if self.tally is not None:
             if not self.per_request:
@@ -94,9 +96,9 @@ class _LLMWorker:
             await self.tally.settle()
         return pa.table({"rows": pa.array([len(rows)], pa.int64())})
 
-    async def _answered(self, rows: pa.Table, units: list[str], flush_at: int) -> None:
+    async def _answered(self, rows: list[dict], units: list[str], flush_at: int) -> None:
         self.unwritten.append((rows, units))
-        if sum(t.num_rows for t, _ in self.unwritten) >= flush_at:
+        if sum(len(r) for r, _ in self.unwritten) >= flush_at:
             await self._flush()
 
     async def _flush(self) -> None:
@@ -104,15 +106,19 @@ class _LLMWorker:
         over at once, so two flushes never write the same row)."""
         taken, self.unwritten = self.unwritten, []
         if taken:
-            table = pa.concat_tables([t for t, _ in taken])
+            table = pa.Table.from_pylist([row for rows, _ in taken for row in rows], schema=self.schema)
             await asyncio.to_thread(self.sink.write, table, [u for _, us in taken for u in us])
 
-    def table(self, rows: list[dict], results: Sequence[ChatResult]) -> pa.Table:
+    def output_rows(self, rows: list[dict], results: Sequence[ChatResult]) -> list[dict]:
+        """The task's output rows for `rows` and their answers, with the bookkeeping columns."""
         out = self.task.outputs(rows, results)
         for row, res in zip(out, results):
             row.update(llm_cached=res.cached, llm_failed=res.error is not None, llm_seconds=res.seconds,
                        llm_tokens_in=res.tokens_in, llm_tokens_out=res.tokens_out, llm_batch=self.batch)
-        return pa.Table.from_pylist(out, schema=self.schema)
+        return out
+
+    def table(self, rows: list[dict], results: Sequence[ChatResult]) -> pa.Table:
+        return pa.Table.from_pylist(self.output_rows(rows, results), schema=self.schema)
 
 
 def run_llm_task(
