@@ -25,8 +25,8 @@ from .ray_embed import EMBED_META, run_embed_task
 from .ray_pass import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, IO_CPUS, LLM_ACTOR_CPUS, Tally, init_ray, num_blocks,
                        progress_feed)
 
-__all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "usage_from_sums", "USAGE_SUMS", "run_embed_task",
-           "EMBED_META", "META"]
+__all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "usage_from_sums", "USAGE_SUMS",
+           "run_embed_task", "EMBED_META", "META"]
 
 # Bookkeeping columns added to every output row and dropped before the Delta write (llm_batch:
 # answered through the batch API, priced at llm.batch.price_factor).
@@ -279,7 +279,7 @@ def output_usage(path: str | Path, llm: LLMSection, s3: storage.S3Settings | Non
 
 def usage_from_outputs(path: str | Path, llm: LLMSection) -> tuple[Usage, pa.Table]:
     """A task's accounting and its output rows without bookkeeping columns (for tests and tools
-    that look at the rows; the pipeline's steps use `output_usage`, which reads no answers)."""
+    that look at the rows; the pipeline sums the usage in Spark, handoff.spark_usage_sums)."""
     import pyarrow.dataset as pads
 
     usage, _ = output_usage(path, llm)
