@@ -26,7 +26,7 @@ from .ray_pass import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, IO_CPUS, LLM_ACTOR_C
                        progress_feed)
 
 __all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "usage_from_sums", "USAGE_SUMS",
-           "run_embed_task", "EMBED_META", "META"]
+           "output_schema", "run_embed_task", "EMBED_META", "META"]
 
 # Bookkeeping columns added to every output row and dropped before the Delta write (llm_batch:
 # answered through the batch API, priced at llm.batch.price_factor).
@@ -41,6 +41,11 @@ class LLMTask(Protocol):
     def requests(self, rows: Sequence[dict]) -> list[ChatRequest]: ...
 
     def outputs(self, rows: Sequence[dict], results: Sequence[ChatResult]) -> list[dict]: ...
+
+
+def output_schema(task: LLMTask) -> pa.Schema:
+    """The rows an LLM actor writes for `task`: its output columns, then the bookkeeping (META)."""
+    return pa.schema(list(task.output_schema) + [pa.field(n, t) for n, t in META])
 
 
 class _LLMWorker:
@@ -65,7 +70,7 @@ class _LLMWorker:
         # The response cache is this node's own (a cluster's nodes share no folder): cache_dir
         # is expanded ($VAR) and made absolute here, on the node.
         self.chat = open_chat_model(llm, storage.node_path(cache_dir), base_url=base_url, batch=batch)
-        self.schema = pa.schema(list(task.output_schema) + [pa.field(n, t) for n, t in META])
+        self.schema = output_schema(task)
         # Progress: every answer (or cache hit) as it comes, where the client tells of each one
         # (on_result); else each batch when it is done.
         self.tally = Tally(progress_to) if progress_to is not None else None

@@ -28,7 +28,7 @@ import pytest
 from corpusgraph.config import ExtractSection
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.llm.openai_http import request_body
-from corpusgraph.ray_runner import META, _LLMWorker
+from corpusgraph.ray_runner import _LLMWorker, output_schema
 from corpusgraph.stages.extract import PackTask, extract_identity
 from tests.benchmarks import scale_server, synthetic_corpus
 from tests.conftest import REPO
@@ -62,7 +62,7 @@ def _worker(task) -> _LLMWorker:
     """The actor's row-building methods without its model client (nothing here calls a model)."""
     w = _LLMWorker.__new__(_LLMWorker)
     w.task, w.batch = task, False
-    w.schema = pa.schema(list(task.output_schema) + [pa.field(n, t) for n, t in META])
+    w.schema = output_schema(task)
     return w
 
 

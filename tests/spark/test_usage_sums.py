@@ -1,6 +1,6 @@
 """An LLM pass's accounting is summed where its rows are: Spark in the pipeline
 (handoff.spark_usage_sums), pyarrow in tools and tests (ray_runner.output_usage). Both must give
-the same Usage from the same output rows, and the pipeline's sums bring one row to the driver."""
+the same Usage from the same output rows; the Spark path returns only the seven integers."""
 
 from __future__ import annotations
 
