@@ -1,7 +1,7 @@
 """The LLM layer: one small protocol, one HTTP client, the embedded CPU model.
 
-Importing this package starts nothing and opens nothing; httpx is its only non-stdlib import
-beyond numpy (base.py). llama-cpp-python is never imported here: the embedded server runs it
+Importing this package starts nothing and opens nothing; aiohttp and httpx (the Batch API's
+client) are its only non-stdlib imports beyond numpy (base.py). llama-cpp-python is never imported here: the embedded server runs it
 in a subprocess.
 """
 

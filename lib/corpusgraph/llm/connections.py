@@ -1,15 +1,13 @@
-"""The httpx clients an OpenAIChatModel sends through: per event loop and endpoint, one per
-SLOTS_PER_CLIENT of the EndpointPool's slots.
+"""The HTTP sessions (aiohttp) an OpenAIChatModel or OpenAIEmbedder sends through: per event loop
+and endpoint, one per SLOTS_PER_CLIENT of the EndpointPool's slots.
 
-Why sharded: httpcore 1.0's connection pool does work quadratic in its number of connections
-for every request it starts or finishes (`_assign_requests_to_connections`); one client with
-hundreds of connections spent more CPU per request than the rest of the request path together.
-A client per SLOTS_PER_CLIENT of the EndpointPool's slots never holds more requests than
-connections and keeps every pool small (the throughput this gives is in
-tests/benchmarks/results/llm_capacity.json). A client talks to one endpoint only, so its few
-connections are never closed to make room for another host's.
+Why sharded: the clients were httpx's until 2026-12-03, whose connection pool (httpcore 1.0) does
+work quadratic in its number of connections for every request it starts or finishes; small
+pools kept that cheap. aiohttp's connector has no such cost, and the shards stay: a session
+per SLOTS_PER_CLIENT slots never holds more requests than connections, and a session talks to
+one endpoint only, so its few connections are never closed to make room for another host's.
 
-Why per loop: httpx connections belong to the event loop that opened them. Batches that
+Why per loop: a session and its connections belong to the event loop that opened them. Batches that
 overlap on one loop (the async Ray actor) share its clients, so connections outlive a batch;
 the last batch out closes them, since a loop may end right after (`complete()` runs each batch
 on a loop of its own).
@@ -22,13 +20,14 @@ import ssl
 import threading
 from typing import Any, Callable
 
+import aiohttp
 import httpx
 
 __all__ = ["SLOTS_PER_CLIENT", "ClientSet", "LoopClients"]
 
 SLOTS_PER_CLIENT = 8
 
-MakeClient = Callable[[int, ssl.SSLContext], httpx.AsyncClient]  # (max_connections, tls) -> client
+MakeClient = Callable[[int, ssl.SSLContext], aiohttp.ClientSession]  # (max_connections, tls) -> client
 
 
 class ClientSet:
@@ -37,10 +36,10 @@ class ClientSet:
     def __init__(self, make: MakeClient, tls: Callable[[], ssl.SSLContext]) -> None:
         self._make = make
         self._tls = tls
-        self.by_shard: dict[tuple[str, int], httpx.AsyncClient] = {}
+        self.by_shard: dict[tuple[str, int], aiohttp.ClientSession] = {}
         self.users = 0  # batches on this loop using it
 
-    def get(self, url: str, slot: int) -> httpx.AsyncClient:
+    def get(self, url: str, slot: int) -> aiohttp.ClientSession:
         key = (url, slot // SLOTS_PER_CLIENT)
         client = self.by_shard.get(key)
         if client is None:
@@ -48,7 +47,7 @@ class ClientSet:
         return client
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(c.aclose() for c in self.by_shard.values()), return_exceptions=True)
+        await asyncio.gather(*(c.close() for c in self.by_shard.values()), return_exceptions=True)
 
 
 class LoopClients:
@@ -67,7 +66,7 @@ class LoopClients:
         self.__init__()  # type: ignore[misc]
 
     def _tls(self) -> ssl.SSLContext:
-        # Built once: httpx reads the whole CA bundle for each client otherwise (tens of ms).
+        # Built once (reading the CA bundle takes tens of ms), with httpx's trust store (certifi).
         with self._lock:
             if self._tls_context is None:
                 self._tls_context = httpx.create_ssl_context()

@@ -2,7 +2,7 @@
 
 It shares the chat client's machinery: the EndpointPool (least-loaded endpoint, concurrency,
 per-endpoint and tokens-per-minute limits, cooldown of unreachable endpoints), the per-loop
-httpx clients, the SQLite response cache (one entry per (model, text)) and the same retry rule
+aiohttp sessions, the SQLite response cache (one entry per (model, text)) and the same retry rule
 (429, 5xx, timeouts and dropped connections are retried with full-jitter backoff; other 4xx
 are not).
 
@@ -29,12 +29,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import httpx
+import aiohttp
 import numpy as np
 
 from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.connections import ClientSet
-from corpusgraph.llm.http_common import EndpointClient, Fatal, Retryable, post, run_blocking
+from corpusgraph.llm.http_common import EndpointClient, Fatal, Reply, Retryable, post, run_blocking
 
 __all__ = ["OpenAIEmbedder", "EmbeddingError", "EmbedOutcome", "embedding_cache_key"]
 
@@ -236,10 +236,10 @@ class OpenAIEmbedder(EndpointClient):
             await asyncio.sleep(self._delay(attempt, wait))
         raise AssertionError("unreachable")
 
-    async def _post(self, client: httpx.AsyncClient, url: str, body: dict, n: int) -> tuple[list[np.ndarray], int]:
+    async def _post(self, client: aiohttp.ClientSession, url: str, body: dict, n: int) -> tuple[list[np.ndarray], int]:
         return self._parse(await post(client, f"{url}/embeddings", body, self.timeout_s), n)
 
-    def _parse(self, resp: httpx.Response, n: int) -> tuple[list[np.ndarray], int]:
+    def _parse(self, resp: Reply, n: int) -> tuple[list[np.ndarray], int]:
         try:
             data = resp.json()
         except ValueError:

@@ -15,14 +15,14 @@ import json
 import time
 from typing import Any, Awaitable, Callable, Literal, Sequence
 
-import httpx
+import aiohttp
 
 from corpusgraph.llm.base import ChatRequest, ChatResult, seconds_left
 from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.chat_cache import from_stored, lookup, request_key, stored
 from corpusgraph.llm.connections import ClientSet
 from corpusgraph.llm.endpoints import Lease, estimate_tokens
-from corpusgraph.llm.http_common import EndpointClient, Fatal, Retryable, post, run_blocking
+from corpusgraph.llm.http_common import EndpointClient, Fatal, Reply, Retryable, post, run_blocking
 
 __all__ = ["OpenAIChatModel", "SchemaStyle", "request_body", "parse_completion_body", "response_format"]
 
@@ -182,7 +182,7 @@ class OpenAIChatModel(EndpointClient):
                 await asyncio.sleep(delay if left is None else max(0.0, min(delay, left)))
         raise AssertionError("unreachable")
 
-    async def _attempt(self, client: httpx.AsyncClient, lease: Lease, req: ChatRequest,
+    async def _attempt(self, client: aiohttp.ClientSession, lease: Lease, req: ChatRequest,
                        body: dict[str, Any]) -> ChatResult:
         """One attempt on the leased endpoint; the lease goes back with what it cost."""
         used: int | None = None
@@ -201,7 +201,7 @@ class OpenAIChatModel(EndpointClient):
         finally:
             self.pool.release(lease, used, reachable)
 
-    async def _post(self, client: httpx.AsyncClient, base_url: str, req: ChatRequest,
+    async def _post(self, client: aiohttp.ClientSession, base_url: str, req: ChatRequest,
                     body: dict[str, Any]) -> ChatResult:
         resp = await post(client, f"{base_url}/chat/completions", body, self.timeout_s)
         return _parse_completion(req.id, resp)
@@ -230,7 +230,7 @@ def request_body(model: str, req: ChatRequest, style: SchemaStyle = "openai") ->
 
 def parse_completion_body(request_id: str, data: Any) -> ChatResult:
     """A 200's decoded JSON body as a result (a batch output line's response.body)."""
-    return _parse_completion(request_id, httpx.Response(200, json=data))
+    return _parse_completion(request_id, Reply.of_json(data))
 
 
 def response_format(schema: dict[str, Any], style: SchemaStyle) -> dict[str, Any]:
@@ -246,7 +246,7 @@ def response_format(schema: dict[str, Any], style: SchemaStyle) -> dict[str, Any
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
 
 
-def _parse_completion(request_id: str, resp: httpx.Response) -> ChatResult:
+def _parse_completion(request_id: str, resp: Reply) -> ChatResult:
     """A 200's body as a result; a body without an answer is an error result, not an exception."""
     try:
         data = resp.json()
