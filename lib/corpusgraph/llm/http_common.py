@@ -96,7 +96,8 @@ async def post(client: aiohttp.ClientSession, url: str, body: dict[str, Any], ti
         raise Retryable(f"timeout after {timeout_s:g}s ({type(exc).__name__})", used_tokens=None) from exc
     except aiohttp.ClientConnectorError as exc:
         raise Retryable(f"connection error: {type(exc).__name__}: {exc}", unreachable=True) from exc
-    except aiohttp.ClientError as exc:  # reset, disconnected, protocol and payload errors
+    except (aiohttp.ClientError, OSError) as exc:  # reset, disconnected, protocol and payload errors
+        # (OSError: a socket error aiohttp did not wrap, as httpx's TransportError covered)
         raise Retryable(f"connection error: {type(exc).__name__}: {exc}") from exc
     status = reply.status_code
     if status == 429 or status >= 500:
