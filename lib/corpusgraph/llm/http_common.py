@@ -69,10 +69,6 @@ class Reply:
         self.headers = headers if headers is not None else {}
         self.reason_phrase = reason_phrase
 
-    @classmethod
-    def of_json(cls, data: Any) -> "Reply":
-        return cls(200, json.dumps(data).encode())
-
     @property
     def text(self) -> str:
         return self.content.decode("utf-8", errors="replace")

@@ -228,11 +228,6 @@ def request_body(model: str, req: ChatRequest, style: SchemaStyle = "openai") ->
     return body
 
 
-def parse_completion_body(request_id: str, data: Any) -> ChatResult:
-    """A 200's decoded JSON body as a result (a batch output line's response.body)."""
-    return _parse_completion(request_id, Reply.of_json(data))
-
-
 def response_format(schema: dict[str, Any], style: SchemaStyle) -> dict[str, Any]:
     """The `response_format` that makes a server constrain its answer to `schema`.
 
@@ -246,14 +241,13 @@ def response_format(schema: dict[str, Any], style: SchemaStyle) -> dict[str, Any
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
 
 
-def _parse_completion(request_id: str, resp: Reply) -> ChatResult:
-    """A 200's body as a result; a body without an answer is an error result, not an exception."""
-    try:
-        data = resp.json()
-    except ValueError:
-        return ChatResult(id=request_id, text=None, error=f"malformed response body: {resp.text[:200]!r}")
+def parse_completion_body(request_id: str, data: Any, text: str | None = None) -> ChatResult:
+    """A 200's decoded JSON body as a result (a batch output line's response.body, or the body
+    of a synchronous answer); a body without an answer is an error result, not an exception.
+    text: the body as it came, for the error of a body that is not an object."""
     if not isinstance(data, dict):
-        return ChatResult(id=request_id, text=None, error=f"malformed response body: {resp.text[:200]!r}")
+        shown = text if text is not None else json.dumps(data)
+        return ChatResult(id=request_id, text=None, error=f"malformed response body: {shown[:200]!r}")
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     tokens_in = _int(usage.get("prompt_tokens"))
     tokens_out = _int(usage.get("completion_tokens"))
@@ -269,6 +263,16 @@ def _parse_completion(request_id: str, resp: Reply) -> ChatResult:
         return ChatResult(id=request_id, text=None, tokens_in=tokens_in, tokens_out=tokens_out,
                           finish_reason=finish, error=f"response has no content (finish_reason={finish})")
     return ChatResult(id=request_id, text=content, tokens_in=tokens_in, tokens_out=tokens_out, finish_reason=finish)
+
+
+def _parse_completion(request_id: str, resp: Reply) -> ChatResult:
+    """A 200 response as a result: its body decoded, then read as parse_completion_body reads it."""
+    try:
+        data = resp.json()
+    except ValueError:
+        return ChatResult(id=request_id, text=None, error=f"malformed response body: {resp.text[:200]!r}")
+    # The body as text only for the error it would show (decoding it for every answer is waste).
+    return parse_completion_body(request_id, data, None if isinstance(data, dict) else resp.text)
 
 
 def _int(value: Any) -> int:
