@@ -54,9 +54,6 @@ SCORE_VERSION = "1"
 FEATURES = ["name", "name_strong", "small_edit", "initials", "desc", "neighbours", "no_context", "extra_tail", "extra_head", "extra_inner",
             "number_clash", "related"]
 
-_NODE_COLS = ["node_id", "key", "title", "type", "descs", "neighbours", "tokens", "grams", "dwords", "acronym",
-              "nospace"]
-
 
 def _overlap(x, y):
     """|x & y| / min(|x|, |y|) of two arrays; null when either is empty."""
@@ -95,57 +92,79 @@ def _cosine(x, y):
     return F.aggregate(F.zip_with(x, y, lambda p, q: p * q), F.lit(0.0), lambda acc, v: acc + v)
 
 
+def _node_side(nodes_df, vectors=None):
+    """What a pair score reads of one node, computed once per node rather than once per pair:
+    the key and its tokens, the tokens sorted and joined, the numbers in the key, the acronym and
+    the name without spaces, and the three sets (character trigrams, description words, neighbour
+    keys) as 64-bit hashes. A pair then intersects arrays of longs instead of strings (about 6x
+    faster for the trigrams, measured on the 588k candidate pairs of a 30k-document run): every
+    set is already distinct, so |A & B| is the same count on the hashes unless two different
+    strings of the two sides collide in 64 bits, and a union is |A| + |B| - |A & B|."""
+    from pyspark.sql import functions as F
+
+    def hashed(c):
+        return F.transform(F.col(c), lambda s: F.xxhash64(s))
+
+    n = nodes_df.select(
+        "node_id", "key", "type", "tokens", "acronym", "nospace",
+        F.array_join(F.array_sort("tokens"), " ").alias("sorted"),
+        F.array_sort(F.regexp_extract_all("key", F.lit(r"(\d+)"), 1)).alias("nums"),
+        F.xxhash64("key").alias("key_h"),
+        hashed("grams").alias("grams_h"), hashed("dwords").alias("dwords_h"), hashed("neighbours").alias("neigh_h"),
+    )
+    if vectors is not None:
+        return n.join(vectors.select("node_id", "vector"), "node_id", "left")
+    return n.withColumn("vector", F.lit(None).cast("array<float>"))
+
+
 def pair_features(pairs, nodes_df, vectors=None):
     """(a, b) -> (a, b, type_a, type_b, <FEATURES>). vectors: optional (node_id, vector) of
     L2-normalised description embeddings."""
     from pyspark.sql import functions as F
 
-    n = nodes_df.select(*_NODE_COLS)
-    if vectors is not None:
-        n = n.join(vectors.select("node_id", "vector"), "node_id", "left")
-    else:
-        n = n.withColumn("vector", F.lit(None).cast("array<float>"))
+    n = _node_side(nodes_df, vectors)
     a = n.select(*[F.col(c).alias(c + "_a") for c in n.columns])
     b = n.select(*[F.col(c).alias(c + "_b") for c in n.columns])
     df = pairs.join(a, pairs["a"] == a["node_id_a"]).join(b, pairs["b"] == b["node_id_b"])
     ka, kb, ta, tb = F.col("key_a"), F.col("key_b"), F.col("tokens_a"), F.col("tokens_b")
-    sorted_a, sorted_b = F.array_join(F.array_sort(ta), " "), F.array_join(F.array_sort(tb), " ")
-    tri = F.size(F.array_intersect("grams_a", "grams_b")) / F.size(F.array_union("grams_a", "grams_b"))
+    common_grams = F.size(F.array_intersect("grams_h_a", "grams_h_b"))
+    tri = common_grams / (F.size("grams_h_a") + F.size("grams_h_b") - common_grams)
     acr = ((F.col("acronym_a") == F.col("nospace_b")) & (F.size(tb) == 1) & (F.size(ta) >= 2)) | (
         (F.col("acronym_b") == F.col("nospace_a")) & (F.size(ta) == 1) & (F.size(tb) >= 2))
-    name = F.greatest(
-        _lev_sim(ka, kb), _lev_sim(sorted_a, sorted_b), tri,
+    # Computed once as columns: each is read by two features.
+    df = df.withColumn("_initials", _initials_align(ta, tb))
+    df = df.withColumn("_name", F.greatest(
+        _lev_sim(ka, kb), _lev_sim(F.col("sorted_a"), F.col("sorted_b")), tri,
         F.when(F.col("nospace_a") == F.col("nospace_b"), 1.0).otherwise(0.0),
         F.when(acr, 0.95).otherwise(0.0),
-        F.when(_initials_align(ta, tb), 0.9).otherwise(0.0),
-    )
+        F.when(F.col("_initials"), 0.9).otherwise(0.0),
+    ))
+    name, initials = F.col("_name"), F.col("_initials")
     small_edit = (F.levenshtein(ka, kb) <= 2) & (F.least(F.length(ka), F.length(kb)) >= 6)
     cos = F.when(F.col("vector_a").isNotNull() & F.col("vector_b").isNotNull(),
                  _cosine(F.col("vector_a"), F.col("vector_b")))
-    desc = F.coalesce(cos, _overlap(F.col("dwords_a"), F.col("dwords_b")))
-    neigh = _overlap(F.col("neighbours_a"), F.col("neighbours_b"))
+    desc = F.coalesce(cos, _overlap(F.col("dwords_h_a"), F.col("dwords_h_b")))
+    neigh = _overlap(F.col("neigh_h_a"), F.col("neigh_h_b"))
     common = F.size(F.array_intersect(ta, tb))
     extra = (F.size(ta) != F.size(tb)) & (common == F.least(F.size(ta), F.size(tb)))
     short_key = F.when(F.size(ta) < F.size(tb), ka).otherwise(kb)
     long_key = F.when(F.size(ta) < F.size(tb), kb).otherwise(ka)
     tail = extra & F.startswith(long_key, F.concat(short_key, F.lit(" ")))
     head = extra & F.endswith(long_key, F.concat(F.lit(" "), short_key))
-    nums_a, nums_b = F.array_sort(F.regexp_extract_all(ka, F.lit(r"(\d+)"), 1)), F.array_sort(
-        F.regexp_extract_all(kb, F.lit(r"(\d+)"), 1))
-    related = F.array_contains("neighbours_a", kb) | F.array_contains("neighbours_b", ka)
+    related = F.array_contains("neigh_h_a", F.col("key_h_b")) | F.array_contains("neigh_h_b", F.col("key_h_a"))
     return df.select(
         "a", "b", F.col("type_a"), F.col("type_b"),
         name.cast("double").alias("name"),
         F.greatest(F.lit(0.0), (name - 0.8) / 0.2).cast("double").alias("name_strong"),
         small_edit.cast("double").alias("small_edit"),
-        _initials_align(ta, tb).cast("double").alias("initials"),
+        initials.cast("double").alias("initials"),
         desc.cast("double").alias("desc"),
         neigh.cast("double").alias("neighbours"),
         (desc.isNull() & neigh.isNull()).cast("double").alias("no_context"),
         tail.cast("double").alias("extra_tail"),
         (head & ~tail).cast("double").alias("extra_head"),
         (extra & ~head & ~tail).cast("double").alias("extra_inner"),
-        (nums_a != nums_b).cast("double").alias("number_clash"),
+        (F.col("nums_a") != F.col("nums_b")).cast("double").alias("number_clash"),
         related.cast("double").alias("related"),
     )
 
