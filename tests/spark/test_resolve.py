@@ -216,6 +216,40 @@ def test_connected_components_and_the_chain_guard(spark):
     assert got["n3"] == "n3" and [(r["a"], r["b"]) for r in cut2.collect()] == [("n2", "n3")]
 
 
+
+def test_the_guard_relabels_only_oversized_components_as_a_full_recompute_would(spark, tmp_path):
+    from corpusgraph.stages import resolve_merge as RM
+    from corpusgraph.stages import resolve_run as RR
+
+    ids = [f"n{i}" for i in range(12)]
+    nodes = spark.createDataFrame([(i,) for i in ids], "node_id string")
+    # an oversized chain n0..n5 with weak links (cut), an oversized group n6..n9 whose strong core
+    # is still too big (a star), and a small pair n10-n11 with a weak link (kept)
+    rows = [("n0", "n1", 0.99), ("n1", "n2", 0.9), ("n2", "n3", 0.99), ("n3", "n4", 0.9), ("n4", "n5", 0.9),
+            ("n6", "n7", 0.99), ("n7", "n8", 0.99), ("n8", "n9", 0.99), ("n7", "n9", 0.97),
+            ("n10", "n11", 0.88)]
+    edges = spark.createDataFrame(rows, "a string, b string, score double")
+    sec = ResolveSection(max_component_size=3, strict_threshold=0.95)
+
+    def save(df, part):
+        df.write.mode("overwrite").parquet(str(tmp_path / part))
+        return spark.read.parquet(str(tmp_path / part))
+
+    labels, _ = RR._components(save, sec, nodes, edges, "cc", [])
+    got, cut = RR.guarded(save, sec, edges, labels, [])
+    got = {r["node_id"]: r["label"] for r in got.collect()}
+    # the reference: components recomputed over every node and every kept edge, then the star cut
+    kept, weak = RM.guard_edges(edges, labels, sec)
+    full, star_cut = RM.star_cut(_labels_until_stable(spark, nodes, kept), kept, sec)
+    assert got == {r["node_id"]: r["label"] for r in full.collect()}
+    assert got["n0"] == got["n1"] == "n0" and got["n2"] == got["n3"] == "n2" and got["n5"] == "n5"
+    assert got["n10"] == got["n11"] == "n10"  # a small component keeps its weak edge
+    assert {got[i] for i in ids[6:10]} == {"n7"}  # the medoid (highest score sum): every member has a spoke to it
+    expected_cut = {(r["a"], r["b"]) for r in weak.unionByName(star_cut).collect()}
+    assert {(r["a"], r["b"]) for r in cut.collect()} == expected_cut
+    assert {("n1", "n2"), ("n3", "n4"), ("n4", "n5"), ("n8", "n9")} == expected_cut
+
+
 class ScriptedJudge:
     """A chat model that answers adjudications from a script keyed on the two names it is shown."""
 

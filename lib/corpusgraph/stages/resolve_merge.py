@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from ..config import ResolveSection
 
-__all__ = ["cc_start", "cc_step", "changed", "component_sizes", "guard_edges", "star_cut", "decisions"]
+__all__ = ["cc_start", "cc_step", "changed", "component_sizes", "oversized_members", "guard_edges", "star_cut",
+           "decisions"]
 
 
 def cc_start(nodes_df):
@@ -67,6 +68,16 @@ def changed(old, new):
 
 def component_sizes(labels):
     return labels.groupBy("label").count().withColumnRenamed("count", "size")
+
+
+def oversized_members(labels, section: ResolveSection):
+    """(node_id) of every member of a component over max_component_size: the only nodes whose
+    components the chain guard can change. Every edge outside them is kept, so the components
+    there are already the ones a recomputation would give, labels included (smallest id)."""
+    from pyspark.sql import functions as F
+
+    big = component_sizes(labels).where(F.col("size") > section.max_component_size).select("label")
+    return labels.join(big, "label", "left_semi").select("node_id")
 
 
 def guard_edges(edges, labels, section: ResolveSection):
