@@ -74,7 +74,7 @@ def test_hashed_sets_score_the_same_pairs_faster(spark, tmp_path, monkeypatch): 
         return time.perf_counter() - t0
 
     secs = {"hashed": [], "strings": []}
-    for i in range(ROUNDS):
+    for _ in range(ROUNDS):
         secs["hashed"].append(scored(product_side, tmp_path / "hashed"))
         secs["strings"].append(scored(string_side(product_side), tmp_path / "strings"))
     monkeypatch.setattr(RS, "_node_side", product_side)

@@ -216,7 +216,6 @@ def test_connected_components_and_the_chain_guard(spark):
     assert got["n3"] == "n3" and [(r["a"], r["b"]) for r in cut2.collect()] == [("n2", "n3")]
 
 
-
 def test_the_guard_relabels_only_oversized_components_as_a_full_recompute_would(spark, tmp_path):
     from corpusgraph.stages import resolve_merge as RM
     from corpusgraph.stages import resolve_run as RR
@@ -235,7 +234,7 @@ def test_the_guard_relabels_only_oversized_components_as_a_full_recompute_would(
         df.write.mode("overwrite").parquet(str(tmp_path / part))
         return spark.read.parquet(str(tmp_path / part))
 
-    labels, _ = RR._components(save, sec, nodes, edges, "cc", [])
+    labels, _ = RR._components(save, sec, nodes, edges, "cc", [])  # saved frames, as resolve hands them
     got, cut = RR.guarded(save, sec, edges, labels, [])
     got = {r["node_id"]: r["label"] for r in got.collect()}
     # the reference: components recomputed over every node and every kept edge, then the star cut
