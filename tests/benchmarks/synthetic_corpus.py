@@ -313,7 +313,8 @@ def generate(out: Path | str, n_docs: int, seed: int = 0, n_entities: int | None
         totals["chars"] += sum(map(len, texts))
         for k in dom:
             domains[k] += 1
-    manifest = {"documents": n_docs, "seed": seed, "entities": len(world), "relationships": int(len(world.rel_src)),
+    manifest = {"documents": n_docs, "seed": seed, "n_entities": n_entities, "entities": len(world),
+                "relationships": int(len(world.rel_src)),
                 "shard_docs": shard_docs, "shards": -(-n_docs // shard_docs), "median_tokens": median_tokens,
                 "jsonl": jsonl, "totals": totals, "domains": domains,
                 "seconds": {"world": round(t_world, 2), "total": round(time.perf_counter() - t0, 2)}}

@@ -19,7 +19,11 @@ _STAGES (default every stage; embed is left out, and said so, while the product 
 embedding backend to point at the server), _RESUME (1: keep the size's warehouse and LLM cache
 from an earlier run that stopped, run only _STAGES on it, and merge those stages into the size's
 entry; the earlier stages keep their figures, and the entry says which stages were resumed and
-that cached answers from before the stop count as cache hits, not calls).
+that cached answers from before the stop count as cache hits, not calls), _ENTITIES (the world's
+size; default documents / 2, about 2 documents per entity. Set, the corpus and run folders are
+corpus-<n>-w<entities> and run-<n>-w<entities>, and the entry goes to "entity_dense", not to
+"sizes" and their linearity: an entity-dense corpus is how the local-context target's index of
+>= 1M entities is built without ~2M documents).
 
 Writes tests/benchmarks/results/scale.json (merging: a size measured again replaces its entry).
 """
@@ -32,6 +36,7 @@ import os
 import platform
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +51,7 @@ RESULTS = REPO / "tests" / "benchmarks" / "results" / "scale.json"
 ENV = "CORPUSGRAPH_BENCH_SCALE_"
 SIZES = [int(s) for s in os.environ.get(ENV + "SIZES", "10000").split(",") if s.strip()]
 SEED = int(os.environ.get(ENV + "SEED", "0"))
+WORLD = int(os.environ.get(ENV + "ENTITIES", "0")) or None
 ALL_STAGES = ["ingest", "chunk", "extract", "resolve", "communities", "reports", "embed"]
 
 
@@ -102,6 +108,11 @@ def start_spark(cfg, tmp):
     return session
 
 
+def folder(kind: str, n: int) -> Path:
+    """work/scale/<kind>-<n>, with -w<entities> for an entity-dense world (ENTITIES set)."""
+    return ROOT / (f"{kind}-{n}" + (f"-w{WORLD}" if WORLD else ""))
+
+
 def rows_in_out(name: str, rows: dict, counts: dict, manifest: dict) -> tuple[int | None, int | None]:
     """What a stage read and wrote, in its own unit (documents, units, mentions, entities, ...)."""
     return {
@@ -130,11 +141,11 @@ def measure_size(n: int, stages: list[str]) -> dict:
 
     from corpusgraph.pipeline import RunContext, run_index
 
-    corpus = ROOT / f"corpus-{n}"
+    corpus = folder("corpus", n)
     t0 = time.perf_counter()
-    manifest = synthetic_corpus.ensure(corpus, n, SEED)
+    manifest = synthetic_corpus.ensure(corpus, n, SEED, **({"n_entities": WORLD} if WORLD else {}))
     gen_s = time.perf_counter() - t0
-    run_dir = ROOT / f"run-{n}"
+    run_dir = folder("run", n)
     resume = os.environ.get(ENV + "RESUME", "0") == "1"
     if resume and not (run_dir / "wh").is_dir():
         raise RuntimeError(f"{ENV}RESUME=1 but {run_dir / 'wh'} holds no warehouse to resume")
@@ -145,7 +156,7 @@ def measure_size(n: int, stages: list[str]) -> dict:
                    "--dim", "64", "--adjudicate", "oracle"]
     load_before = os.getloadavg()
     info = {"documents": n, "seed": SEED, "manifest": manifest, "gen_s": gen_s, "load_before": load_before,
-            "resumed": resume}
+            "resumed": resume, "world_entities": WORLD}
     with scale_server.running(corpus / "truth", *server_args) as server:
         cfg, with_embed = config_for(n, corpus, run_dir, server.base_url)
         chosen = [s for s in stages if s != "embed" or with_embed]
@@ -196,7 +207,8 @@ def entry_from(info: dict, stages: list[str], results: dict, sampler: ProcessSam
             "rows": r.rows,
         }
     load_now = os.getloadavg()
-    return {"documents": n, "seed": SEED, "resumed": info.get("resumed", False), "finished": finished,
+    dense = {"world_entities": info["world_entities"]} if info.get("world_entities") else {}
+    return {"documents": n, **dense, "seed": SEED, "resumed": info.get("resumed", False), "finished": finished,
             "stages": stages_out,
             "total_seconds": round(info["total_s"], 1) if finished else None,
             "not_run": [s for s in stages if s not in results],
@@ -244,25 +256,31 @@ def merge_resumed(old: dict | None, entry: dict) -> dict:
     return merged
 
 
+def same_run(a: dict, b: dict) -> bool:
+    return a["documents"] == b["documents"] and a.get("world_entities") == b.get("world_entities")
+
+
 def write_results(entry: dict) -> dict:
+    """Merge a size's entry into scale.json: into "sizes", or "entity_dense" for an entity-dense
+    world. Every other key of the file (the service's local-context figures, findings, notes of
+    earlier reruns) is kept as it is."""
     old = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    before = next((s for s in old.get("sizes", []) if s["documents"] == entry["documents"]), None)
+    key = "entity_dense" if entry.get("world_entities") else "sizes"
+    lists = {k: old.get(k, []) for k in ("sizes", "entity_dense")}
+    before = next((s for s in lists[key] if same_run(s, entry)), None)
     if entry.pop("resumed", False):
         entry = merge_resumed(before, entry)
     if before and "estimate" in before:  # the dry run's figures (test_scale_estimate) stay with the size
         entry.setdefault("estimate", before["estimate"])
-    sizes = [s for s in old.get("sizes", []) if s["documents"] != entry["documents"]] + [entry]
-    sizes.sort(key=lambda s: s["documents"])
+    lists[key] = sorted([s for s in lists[key] if not same_run(s, entry)] + [entry], key=lambda s: s["documents"])
+    sizes = lists["sizes"]
     largest_resolved = max((s for s in sizes if s.get("resolution")), key=lambda s: s["documents"], default=None)
     out = {
         "sizes": sizes,
         "resolution": None if largest_resolved is None else
         {"documents": largest_resolved["documents"], **largest_resolved["resolution"]},
         "linearity_seconds_per_doc_ratio": linearity(sizes),
-        # Measured by test_service_scale.py on a size's finished index (kept across reruns here).
-        **{k: old.get(k) for k in ("local_context_p50_ms", "local_context_p99_ms", "entities", "ann_recall_at_10",
-                                   "local_context")},
-        **{k: old[k] for k in ("update", "findings") if k in old},
+        **({"entity_dense": lists["entity_dense"]} if lists["entity_dense"] else {}),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other work (see loadavg_*), "
                    f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB, Spark local[2], "
                    f"{platform.system()}",
@@ -278,6 +296,9 @@ def write_results(entry: dict) -> dict:
         ],
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    # Not this benchmark's: test_service_scale.py's local-context figures, test_scale_update.py's
+    # update, the findings and reruns written beside the entries.
+    out.update({k: v for k, v in old.items() if k not in out})
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
     return out
@@ -287,7 +308,9 @@ def test_scale_whole_index():
     stages = [s for s in os.environ.get(ENV + "STAGES", ",".join(ALL_STAGES)).split(",") if s]
     for n in SIZES:
         out = write_results(measure_size(n, stages))
-        entry = next(s for s in out["sizes"] if s["documents"] == n)  # merged with the earlier run when resumed
+        # merged with the earlier run when resumed
+        entry = next(s for s in out["entity_dense" if WORLD else "sizes"]
+                     if s["documents"] == n and s.get("world_entities") == WORLD)
         print(json.dumps({k: entry[k] for k in ("documents", "total_seconds", "resolution", "loadavg_before",
                                                 "loadavg_after")}), flush=True)
         st = entry["stages"]
