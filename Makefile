@@ -49,8 +49,9 @@ index: setup
 query: setup
 	$(BIN)/corpusgraph query --conf $(CONF) "$(Q)"
 
+# --durations: the 30 slowest tests end the log, so where the suite's time goes is on record.
 test: setup browser
-	$(PYTEST) tests -m "not slow" --timeout 1500
+	$(PYTEST) tests -m "not slow" --timeout 1500 --durations=30
 
 # Headless Chromium for the report page test (tests/e2e/test_report_html.py): Debian's chromium
 # package (and a font for the screenshot), installed with apt-get as root or through sudo. A
