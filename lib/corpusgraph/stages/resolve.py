@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..config import ResolveSection
 
-__all__ = ["live_extractions", "mentions", "remap", "long_descriptions", "entities", "entity_aliases",
+__all__ = ["live_extractions", "stated_edges", "mentions", "remap", "long_descriptions", "entities", "entity_aliases",
            "relationships", "claims", "normalised", "node_id"]
 
 UNKNOWN = "UNKNOWN"
@@ -58,20 +58,35 @@ def live_extractions(extractions, text_units, prompt_hash: str, model: str):
     return ok.join(text_units.select("unit_id"), "unit_id", "left_semi")
 
 
-def mentions(live, section: ResolveSection):
-    """One row per (unit, named thing): listed entities plus relationship endpoints."""
+def stated_edges(live, section: ResolveSection):
+    """One row per relationship a unit states, with both endpoints' merge keys: unit_id, source,
+    target, ka, kb, description, strength. Mentions, nodes and relationships all read the
+    endpoints; resolve saves this frame once so the names are normalised once, not three times."""
+    from pyspark.sql import functions as F
+
+    r = live.select("unit_id", F.explode("relationships").alias("r"))
+    return r.select(
+        "unit_id", F.col("r.source").alias("source"), F.col("r.target").alias("target"),
+        normalised(F.col("r.source"), section).alias("ka"), normalised(F.col("r.target"), section).alias("kb"),
+        F.col("r.description").alias("description"), F.col("r.strength").alias("strength"),
+    )
+
+
+def mentions(live, section: ResolveSection, stated=None):
+    """One row per (unit, named thing): listed entities plus relationship endpoints. `stated`:
+    stated_edges(live, section), when the caller has it already."""
     from pyspark.sql import functions as F
 
     listed = live.select("unit_id", F.explode("entities").alias("e")).select(
         "unit_id", F.col("e.name").alias("name"), F.col("e.type").alias("type"),
         F.col("e.description").alias("description"), F.lit(1).alias("listed"),
-    )
-    rels = live.select("unit_id", F.explode("relationships").alias("r"))
-    ends = rels.select("unit_id", F.col("r.source").alias("name")).unionByName(
-        rels.select("unit_id", F.col("r.target").alias("name"))
+    ).withColumn("key", normalised(F.col("name"), section))
+    stated = stated_edges(live, section) if stated is None else stated
+    ends = stated.select("unit_id", F.col("source").alias("name"), F.col("ka").alias("key")).unionByName(
+        stated.select("unit_id", F.col("target").alias("name"), F.col("kb").alias("key"))
     ).select("unit_id", "name", F.lit(UNKNOWN).alias("type"), F.lit(None).cast("string").alias("description"),
-             F.lit(0).alias("listed"))
-    out = listed.unionByName(ends).withColumn("key", normalised(F.col("name"), section))
+             F.lit(0).alias("listed"), "key")
+    out = listed.unionByName(ends)
     return out.where(F.length("key") > 0).withColumn("entity_id", node_id(F.col("key")))
 
 
@@ -186,18 +201,17 @@ def _map_ids(df, cols, mapping):
     return df
 
 
-def relationships(live, section: ResolveSection, mapping=None):
+def relationships(live, section: ResolveSection, mapping=None, stated=None):
     """Undirected edges keyed by their sorted endpoint ids; strengths add up across units and,
     with a mapping, across the merged names of each endpoint. An edge whose two ends merged into
-    one entity is dropped (an entity is not its own neighbour)."""
+    one entity is dropped (an entity is not its own neighbour). `stated`: stated_edges(live,
+    section), when the caller has it already."""
     from pyspark.sql import functions as F
 
-    ka, a = _endpoint(F.col("r.source"), section)
-    kb, b = _endpoint(F.col("r.target"), section)
-    r = live.select("unit_id", F.explode("relationships").alias("r")).select(
-        "unit_id", a.alias("a"), b.alias("b"), ka.alias("ka"), kb.alias("kb"),
-        F.col("r.description").alias("description"),
-        F.col("r.strength").alias("strength"),
+    stated = stated_edges(live, section) if stated is None else stated
+    r = stated.select(
+        "unit_id", node_id(F.col("ka")).alias("a"), node_id(F.col("kb")).alias("b"), "ka", "kb", "description",
+        "strength",
     ).where((F.length("ka") > 0) & (F.length("kb") > 0))
     r = _map_ids(r, ["a", "b"], mapping).where(F.col("a") != F.col("b"))
     r = r.withColumn("source_id", F.least("a", "b")).withColumn("target_id", F.greatest("a", "b"))

@@ -60,13 +60,14 @@ def minhash_signature(grams_col, n: int):
                        lambda j: F.array_min(F.transform(grams_col, lambda g: F.xxhash64(g, j))))
 
 
-def nodes(ments, live, section: ResolveSection):
+def nodes(ments, live, section: ResolveSection, stated=None):
     """One row per normalised name: node_id, key, title, type, descriptions, neighbour keys,
     mention count, and the derived columns blocking and scoring use (tokens, trigrams,
-    description words, acronym)."""
+    description words, acronym). `stated`: resolve.stated_edges(live, section), when the caller
+    has it already (the neighbour keys come from it)."""
     from pyspark.sql import functions as F
 
-    from .resolve import normalised
+    from .resolve import stated_edges
 
     base = ments.groupBy("key").agg(
         F.mode(F.when(F.col("listed") == 1, F.col("type")), True).alias("ltype"),
@@ -75,8 +76,7 @@ def nodes(ments, live, section: ResolveSection):
         F.array_sort(F.collect_set("description")).alias("descs"),
         F.count("*").alias("mentions"),
     )
-    rels = live.select(F.explode("relationships").alias("r")).select(
-        normalised(F.col("r.source"), section).alias("ka"), normalised(F.col("r.target"), section).alias("kb"))
+    rels = (stated_edges(live, section) if stated is None else stated).select("ka", "kb")
     rels = rels.where((F.length("ka") > 0) & (F.length("kb") > 0) & (F.col("ka") != F.col("kb")))
     both = rels.select(F.col("ka").alias("key"), F.col("kb").alias("nkey")).unionByName(
         rels.select(F.col("kb").alias("key"), F.col("ka").alias("nkey")))

@@ -60,13 +60,14 @@ def resolve_tables(io: ResolveIO, sec: ResolveSection, *, prompt_hash: str, mode
     rows: dict[str, int] = {}
     notes: list[str] = []
     live = save(R.live_extractions(tables.read("extractions"), tables.read("text_units"), prompt_hash, model), "live")
-    ments = save(R.mentions(live, sec), "mentions")
+    stated = save(R.stated_edges(live, sec), "stated")
+    ments = save(R.mentions(live, sec, stated), "mentions")
     mapping = pairs_table = None
     if sec.method == "similarity":
-        mapping, pairs_table = _similarity(io, sec, live, ments, rows, notes, llm_model=llm_model,
+        mapping, pairs_table = _similarity(io, sec, live, stated, ments, rows, notes, llm_model=llm_model,
                                            temperature=temperature, prompt=adjudicate_prompt)
     resolved = R.remap(ments, mapping)
-    tables.overwrite("relationships", R.relationships(live, sec, mapping))
+    tables.overwrite("relationships", R.relationships(live, sec, mapping, stated))
     rels = tables.read("relationships")
     summaries = None
     if sec.summarise_descriptions:
@@ -84,11 +85,11 @@ def resolve_tables(io: ResolveIO, sec: ResolveSection, *, prompt_hash: str, mode
     return rows, notes
 
 
-def _similarity(io: ResolveIO, sec: ResolveSection, live, ments, rows: dict, notes: list, *, llm_model: str,
-                temperature: float, prompt: Prompt | None):
+def _similarity(io: ResolveIO, sec: ResolveSection, live, stated, ments, rows: dict, notes: list, *,
+                llm_model: str, temperature: float, prompt: Prompt | None):
     """Names -> merge decisions; (mapping frame, this run's resolve_pairs rows). Fills rows and notes."""
     save = io.save
-    nodes = save(RB.nodes(ments, live, sec), "nodes")
+    nodes = save(RB.nodes(ments, live, sec, stated), "nodes")
     pairs = RB.candidate_pairs(RB.block_keys(nodes, sec), sec)
     current = save(RS.with_signatures(pairs, RS.node_signatures(nodes)), "pairs")
     score_fp = RS.score_fingerprint(sec)
