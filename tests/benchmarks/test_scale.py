@@ -310,7 +310,7 @@ def test_scale_whole_index():
         out = write_results(measure_size(n, stages))
         # merged with the earlier run when resumed
         entry = next(s for s in out["entity_dense" if WORLD else "sizes"]
-                     if s["documents"] == n and s.get("world_entities") == WORLD)
+                     if same_run(s, {"documents": n, "world_entities": WORLD}))
         print(json.dumps({k: entry[k] for k in ("documents", "total_seconds", "resolution", "loadavg_before",
                                                 "loadavg_after")}), flush=True)
         st = entry["stages"]

@@ -26,7 +26,8 @@ quarter of the time after warm-up. CORPUSGRAPH_BENCH_SERVICE_MALLOC_ARENAS sets 
 serve.malloc_arenas (default: the config's); CLIENTS and SECONDS set the load.
 
 Writes tests/benchmarks/results/service_load.json, and part 1's local-context figures into
-scale.json (local_context_p50_ms, local_context_p99_ms, entities, ann_recall_at_10, local_context). Asserts what the service promises: no
+scale.json (local_context_p50_ms, local_context_p99_ms, entities, ann_recall_at_10,
+local_context). Asserts what the service promises: no
 request hangs past the load tool's timeout and none is a 500; answers resume after the outage.
 """
 
@@ -47,7 +48,7 @@ import pytest
 
 from tests.benchmarks import scale_server
 from tests.benchmarks.child_server import ChildServer
-from tests.benchmarks.test_scale import embedding_overrides
+from tests.benchmarks.test_scale import ROOT, embedding_overrides
 from tests.benchmarks.test_service_load import API_KEY, ONE_THREAD, free_port, start_service, stop_service, wait_ready
 from tests.conftest import REPO
 
@@ -75,7 +76,7 @@ WARM_S = 15.0
 
 
 def run_dir() -> Path:
-    return REPO / "work" / "scale" / RUN
+    return ROOT / RUN
 
 
 # Issue 13's local-context target: p50 and p99 at >= 1M entities, and the approximate entity
