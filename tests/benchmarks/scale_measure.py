@@ -129,26 +129,28 @@ def resolution_pairs(spark, wh, truth_dir) -> dict:
     ments = wh.read("extractions").where(F.col("status") == "ok").select(
         "unit_id", F.explode("entities").alias("e")).select("unit_id", F.col("e.name").alias("name")).distinct()
     aliases = wh.read("entity_aliases").select("mention", "entity_id")
+    # Counted per (name, entity) in Spark: one row per distinct name comes back, not one per
+    # mention (18M mentions at 1M documents overran spark.driver.maxResultSize).
     joined = ments.withColumn("mention", F.lower(F.trim("name"))).join(aliases, "mention", "left") \
-        .select("name", "entity_id").toPandas()
+        .groupBy("name", "entity_id").agg(F.count("*").alias("n")).toPandas()
     names = joined["name"].drop_duplicates()
     gold_map = {n: gold_of.get(normalised(n), -1) for n in names}
     joined["gold"] = joined["name"].map(gold_map)
-    unknown = int((joined["gold"] < 0).sum())
-    unaliased = int(joined["entity_id"].isna().sum())
+    unknown = int(joined.loc[joined["gold"] < 0, "n"].sum())
+    unaliased = int(joined.loc[joined["entity_id"].isna(), "n"].sum())
     df = joined[(joined["gold"] >= 0) & joined["entity_id"].notna()]
 
     def pairs(counts: pd.Series) -> int:
         c = counts.to_numpy(dtype=np.int64)
         return int((c * (c - 1) // 2).sum())
 
-    tp = pairs(df.groupby(["entity_id", "gold"]).size())
-    predicted = pairs(df.groupby("entity_id").size())
-    true = pairs(df.groupby("gold").size())
+    tp = pairs(df.groupby(["entity_id", "gold"])["n"].sum())
+    predicted = pairs(df.groupby("entity_id")["n"].sum())
+    true = pairs(df.groupby("gold")["n"].sum())
     # The baseline: one entity per normalised name (resolve.method exact, in its Python twin).
     df = df.assign(exact=df["name"].map({n: normalised(n) for n in names}))
-    tp_x, pred_x = pairs(df.groupby(["exact", "gold"]).size()), pairs(df.groupby("exact").size())
-    return {"mentions": int(len(df)), "mentions_not_in_world": unknown, "mentions_without_alias": unaliased,
+    tp_x, pred_x = pairs(df.groupby(["exact", "gold"])["n"].sum()), pairs(df.groupby("exact")["n"].sum())
+    return {"mentions": int(df["n"].sum()), "mentions_not_in_world": unknown, "mentions_without_alias": unaliased,
             "gold_entities": int(df["gold"].nunique()), "predicted_entities": int(df["entity_id"].nunique()),
             "precision": round(tp / predicted, 4) if predicted else 1.0,
             "recall": round(tp / true, 4) if true else 1.0,
