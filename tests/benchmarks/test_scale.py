@@ -23,7 +23,12 @@ that cached answers from before the stop count as cache hits, not calls), _ENTIT
 size; default documents / 2, about 2 documents per entity. Set, the corpus and run folders are
 corpus-<n>-w<entities> and run-<n>-w<entities>, and the entry goes to "entity_dense", not to
 "sizes" and their linearity: an entity-dense corpus is how the local-context target's index of
->= 1M entities is built without ~2M documents).
+>= 1M entities is built without ~2M documents), _RESOLVE (similarity, the default, or exact:
+one entity per normalised name, a product option; the run folder is then run-<n>-exact and the
+entry goes to "entity_dense" too), _SEED_FROM (a run folder of the same corpus, such as
+run-1000000: a new run folder starts from its ingest, chunk and extract tables, hard-linked, so
+an exact-resolved index of a size costs no second extraction; the entry says so, and only the
+stages run count).
 
 Writes tests/benchmarks/results/scale.json (merging: a size measured again replaces its entry).
 """
@@ -52,6 +57,9 @@ ENV = "CORPUSGRAPH_BENCH_SCALE_"
 SIZES = [int(s) for s in os.environ.get(ENV + "SIZES", "10000").split(",") if s.strip()]
 SEED = int(os.environ.get(ENV + "SEED", "0"))
 WORLD = int(os.environ.get(ENV + "ENTITIES", "0")) or None
+METHOD = os.environ.get(ENV + "RESOLVE", "similarity")
+# The tables a run up to extract leaves, which _SEED_FROM carries over.
+UPSTREAM_TABLES = ("documents", "text_units", "extractions", "quarantine")
 ALL_STAGES = ["ingest", "chunk", "extract", "resolve", "communities", "reports", "embed"]
 
 
@@ -90,7 +98,7 @@ def config_for(n: int, corpus, run_dir, base_url: str, inputs=None):
         "chunk.size_tokens": "300", "chunk.overlap_tokens": "40", "extract.units_per_call": "6",
         # A 300-token unit of this corpus names ~10-15 things; a real model would be given room.
         "extract.max_entities": "10", "extract.max_relationships": "10", "extract.max_tokens": "800",
-        "resolve.method": "similarity", "resolve.llm_adjudication": "true" if adjudicate else "false",
+        "resolve.method": METHOD, "resolve.llm_adjudication": "true" if adjudicate else "false",
     }
     emb = embedding_overrides(base_url)
     return load_config(REPO / "conf" / "local.yaml", {**overrides, **(emb or {})}), emb is not None
@@ -109,8 +117,22 @@ def start_spark(cfg, tmp):
 
 
 def folder(kind: str, n: int) -> Path:
-    """work/scale/<kind>-<n>, with -w<entities> for an entity-dense world (ENTITIES set)."""
-    return ROOT / (f"{kind}-{n}" + (f"-w{WORLD}" if WORLD else ""))
+    """work/scale/<kind>-<n>, with -w<entities> for an entity-dense world (ENTITIES set) and, for a
+    run, -<method> when resolve is not the default similarity."""
+    suffix = f"-{METHOD}" if kind == "run" and METHOD != "similarity" else ""
+    return ROOT / (f"{kind}-{n}" + (f"-w{WORLD}" if WORLD else "") + suffix)
+
+
+def seed_warehouse(source: Path, run_dir: Path) -> None:
+    """A new run's warehouse starting from another run's ingest, chunk and extract tables: data
+    files hard-linked (Delta never rewrites one in place), each table's log copied, so commits in
+    one warehouse never show in the other."""
+    for name in UPSTREAM_TABLES:
+        src, dst = source / "wh" / name, run_dir / "wh" / name
+        if not (src / "_delta_log").is_dir():
+            raise RuntimeError(f"{ENV}SEED_FROM: {src} is not a Delta table")
+        shutil.copytree(src, dst, copy_function=os.link, ignore=shutil.ignore_patterns("_delta_log"))
+        shutil.copytree(src / "_delta_log", dst / "_delta_log")
 
 
 def rows_in_out(name: str, rows: dict, counts: dict, manifest: dict) -> tuple[int | None, int | None]:
@@ -149,14 +171,17 @@ def measure_size(n: int, stages: list[str]) -> dict:
     resume = os.environ.get(ENV + "RESUME", "0") == "1"
     if resume and not (run_dir / "wh").is_dir():
         raise RuntimeError(f"{ENV}RESUME=1 but {run_dir / 'wh'} holds no warehouse to resume")
+    seed_from = os.environ.get(ENV + "SEED_FROM")
     if not resume:
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True)
+        if seed_from:
+            seed_warehouse(ROOT / seed_from, run_dir)
     server_args = ["--chat-latency-s", os.environ.get(ENV + "CHAT_LATENCY_S", "0"), "--chat-slots", "64",
                    "--dim", "64", "--adjudicate", "oracle"]
     load_before = os.getloadavg()
     info = {"documents": n, "seed": SEED, "manifest": manifest, "gen_s": gen_s, "load_before": load_before,
-            "resumed": resume, "world_entities": WORLD}
+            "resumed": resume, "world_entities": WORLD, "seeded_from": seed_from if not resume else None}
     with scale_server.running(corpus / "truth", *server_args) as server:
         cfg, with_embed = config_for(n, corpus, run_dir, server.base_url)
         chosen = [s for s in stages if s != "embed" or with_embed]
@@ -208,6 +233,10 @@ def entry_from(info: dict, stages: list[str], results: dict, sampler: ProcessSam
         }
     load_now = os.getloadavg()
     dense = {"world_entities": info["world_entities"]} if info.get("world_entities") else {}
+    if METHOD != "similarity":
+        dense["resolve_method"] = METHOD
+    if info.get("seeded_from"):
+        dense["seeded_from"] = f"work/scale/{info['seeded_from']} (its ingest, chunk and extract tables)"
     return {"documents": n, **dense, "seed": SEED, "resumed": info.get("resumed", False), "finished": finished,
             "stages": stages_out,
             "total_seconds": round(info["total_s"], 1) if finished else None,
@@ -257,15 +286,23 @@ def merge_resumed(old: dict | None, entry: dict) -> dict:
 
 
 def same_run(a: dict, b: dict) -> bool:
-    return a["documents"] == b["documents"] and a.get("world_entities") == b.get("world_entities")
+    return a["documents"] == b["documents"] and a.get("world_entities") == b.get("world_entities") \
+        and a.get("resolve_method", "similarity") == b.get("resolve_method", "similarity")
+
+
+def list_key(entry: dict) -> str:
+    """Where an entry is filed: "sizes" (the standard world, similarity resolve: the linearity
+    series) or "entity_dense" (an entity-dense world, or another resolve method)."""
+    return "entity_dense" if entry.get("world_entities") or entry.get("resolve_method", "similarity") != "similarity" \
+        else "sizes"
 
 
 def write_results(entry: dict) -> dict:
     """Merge a size's entry into scale.json: into "sizes", or "entity_dense" for an entity-dense
-    world. Every other key of the file (the service's local-context figures, findings, notes of
-    earlier reruns) is kept as it is."""
+    world or another resolve method (list_key). Every other key of the file (the service's
+    local-context figures, findings, notes of earlier reruns) is kept as it is."""
     old = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    key = "entity_dense" if entry.get("world_entities") else "sizes"
+    key = list_key(entry)
     lists = {k: old.get(k, []) for k in ("sizes", "entity_dense")}
     before = next((s for s in lists[key] if same_run(s, entry)), None)
     if entry.pop("resumed", False):
@@ -309,12 +346,13 @@ def test_scale_whole_index():
     for n in SIZES:
         out = write_results(measure_size(n, stages))
         # merged with the earlier run when resumed
-        entry = next(s for s in out["entity_dense" if WORLD else "sizes"]
-                     if same_run(s, {"documents": n, "world_entities": WORLD}))
+        this = {"documents": n, "world_entities": WORLD, "resolve_method": METHOD}
+        entry = next(s for s in out[list_key(this)] if same_run(s, this))
         print(json.dumps({k: entry[k] for k in ("documents", "total_seconds", "resolution", "loadavg_before",
                                                 "loadavg_after")}), flush=True)
         st = entry["stages"]
-        assert st["ingest"]["rows_out"] == n, st["ingest"]  # every generated document, none quarantined
+        if "ingest" in st:  # a run seeded from another's tables has no ingest of its own
+            assert st["ingest"]["rows_out"] == n, st["ingest"]  # every generated document, none quarantined
         if "extract" in st:
             assert st["extract"]["rows"].get("status_ok") == st["extract"]["rows"]["units"], st["extract"]["rows"]
             assert st["extract"]["llm_errors"] == 0

@@ -60,7 +60,7 @@ ANSWER_SERVER = HERE / "fixed_latency_answer_server.py"
 LOAD_TOOL = HERE / "load_tool.py"
 ENV = "CORPUSGRAPH_BENCH_SERVICE_"
 RUN = os.environ.get(ENV + "RUN") or f"run-{os.environ.get(ENV + 'DOCS', '100000')}"
-DOCS = int(RUN.split("-")[1])  # run-<documents>[-w<entities>]
+DOCS = int(RUN.split("-")[1])  # run-<documents>[-w<entities>][-exact]
 CLIENTS = int(os.environ.get(ENV + "CLIENTS", "64"))
 SECONDS = float(os.environ.get(ENV + "SECONDS", "75"))
 OUTAGE_AT_S, OUTAGE_S = 25.0, 10.0
@@ -269,7 +269,8 @@ def test_service_on_the_scale_index(tmp_path):
     root = run_dir()
     if not (root / "idx" / "entity.faiss").is_file():
         pytest.skip(f"no index at {root}: build it first with CORPUSGRAPH_BENCH_SCALE_SIZES={DOCS} make bench-scale")
-    corpus = root.parent / RUN.replace("run-", "corpus-", 1)
+    # run-<n>[-w<entities>][-exact]: the corpus folder has no resolve method in its name
+    corpus = root.parent / RUN.removesuffix("-exact").replace("run-", "corpus-", 1)
     llm_port = free_port()
     with scale_server.running(corpus / "truth", "--dim", "64", "--embed-slots", "32") as embed_server:
         emb = embedding_overrides(embed_server.base_url)

@@ -82,3 +82,29 @@ def test_a_corpus_of_another_world_size_is_generated_again_not_reused(tmp_path):
     assert again["seconds"] == first["seconds"]  # reused: the same manifest
     other = synthetic_corpus.ensure(tmp_path, 40, 0, n_entities=600)
     assert other["n_entities"] == 600 and other["entities"] > first["entities"]
+
+
+def test_an_exact_resolve_run_is_filed_apart_and_never_replaces_the_similarity_entry(results):
+    out = T.write_results(entry(100, {"resolve": {"seconds": 3.0}}, resolve_method="exact"))
+    assert out["sizes"][1]["stages"] == {"ingest": {"seconds": 20.0}}  # the similarity 100 is untouched
+    assert [(s["documents"], s["resolve_method"]) for s in out["entity_dense"]] == [(100, "exact")]
+    out = T.write_results(entry(100, {"resolve": {"seconds": 4.0}}, resolve_method="exact"))
+    assert len(out["entity_dense"]) == 1 and out["entity_dense"][0]["stages"]["resolve"]["seconds"] == 4.0
+
+
+def test_a_seeded_warehouse_shares_data_files_but_not_the_table_logs(tmp_path):
+    source = tmp_path / "run-1"
+    for name in T.UPSTREAM_TABLES:
+        (source / "wh" / name / "_delta_log").mkdir(parents=True)
+        (source / "wh" / name / "part-0.parquet").write_bytes(b"rows")
+        (source / "wh" / name / "_delta_log" / "00000.json").write_text("{}")
+    (source / "wh" / "entities" / "_delta_log").mkdir(parents=True)  # a downstream table stays behind
+    target = tmp_path / "run-1-exact"
+    T.seed_warehouse(source, target)
+    assert sorted(p.name for p in (target / "wh").iterdir()) == sorted(T.UPSTREAM_TABLES)
+    a, b = source / "wh" / "extractions", target / "wh" / "extractions"
+    assert (a / "part-0.parquet").stat().st_ino == (b / "part-0.parquet").stat().st_ino
+    (b / "_delta_log" / "00000.json").write_text('{"commit": 1}')
+    assert (a / "_delta_log" / "00000.json").read_text() == "{}"
+    with pytest.raises(RuntimeError, match="not a Delta table"):
+        T.seed_warehouse(tmp_path / "nowhere", tmp_path / "other")
