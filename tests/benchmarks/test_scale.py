@@ -232,12 +232,13 @@ def entry_from(info: dict, stages: list[str], results: dict, sampler: ProcessSam
             "rows": r.rows,
         }
     load_now = os.getloadavg()
-    dense = {"world_entities": info["world_entities"]} if info.get("world_entities") else {}
+    # What sets this run apart from the standard series (its world, its resolve method, its seed run).
+    variant = {"world_entities": info["world_entities"]} if info.get("world_entities") else {}
     if METHOD != "similarity":
-        dense["resolve_method"] = METHOD
+        variant["resolve_method"] = METHOD
     if info.get("seeded_from"):
-        dense["seeded_from"] = f"work/scale/{info['seeded_from']} (its ingest, chunk and extract tables)"
-    return {"documents": n, **dense, "seed": SEED, "resumed": info.get("resumed", False), "finished": finished,
+        variant["seeded_from"] = f"work/scale/{info['seeded_from']} (its ingest, chunk and extract tables)"
+    return {"documents": n, **variant, "seed": SEED, "resumed": info.get("resumed", False), "finished": finished,
             "stages": stages_out,
             "total_seconds": round(info["total_s"], 1) if finished else None,
             "not_run": [s for s in stages if s not in results],
