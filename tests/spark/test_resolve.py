@@ -249,6 +249,35 @@ def test_the_guard_relabels_only_oversized_components_as_a_full_recompute_would(
     assert {("n1", "n2"), ("n3", "n4"), ("n4", "n5"), ("n8", "n9")} == expected_cut
 
 
+def test_each_name_takes_its_best_attaching_edge_and_its_best_rejection(spark):
+    from corpusgraph.stages import resolve_merge as RM
+
+    nodes = spark.createDataFrame([(f"n{i}", f"k{i}") for i in range(6)], "node_id string, key string")
+    labels = spark.createDataFrame([("n0", "n0"), ("n1", "n0"), ("n2", "n0"), ("n3", "n3"), ("n4", "n4")],
+                                   "node_id string, label string")  # n5 has no label: it stays itself
+    decided = spark.createDataFrame([
+        ("n0", "n1", 0.95, True, "score", None, None),
+        ("n1", "n2", 0.90, True, "llm", None, "e-llm"),  # ties n0-n2 for n2: the larger other id (n1) wins
+        ("n0", "n2", 0.90, True, "score", None, None),
+        ("n2", "n3", 0.80, True, "score", None, None),  # cut by the guard: a rejection with reason guard
+        ("n3", "n4", 0.60, False, "score", "below", None),
+        ("n0", "n4", 0.60, False, "score", "y", None),  # ties n3-n4 for n4: n3 wins
+        ("n2", "n9", 0.99, False, "score", "z", None),  # n9 has no label: the pair is not a decision
+    ], "a string, b string, score double, merge boolean, method string, reason string, error string")
+    cut = spark.createDataFrame([("n2", "n3", 0.80)], "a string, b string, score double")
+    got = {r["node_id"]: (r["key"], r["entity_id"], r["score"], r["method"], r["exact_id"], r["rejected_id"],
+                          r["rejected_score"], r["rejected_reason"], r["error"])
+           for r in RM.decisions(nodes, labels, decided, cut).collect()}
+    assert got == {
+        "n0": ("k0", "n0", 1.0, "exact", "n0", "n4", 0.60, "y", None),
+        "n1": ("k1", "n0", 0.95, "score", "n1", None, None, None, None),
+        "n2": ("k2", "n0", 0.90, "llm", "n2", "n3", 0.80, "guard", "e-llm"),
+        "n3": ("k3", "n3", 1.0, "exact", "n3", "n0", 0.80, "guard", None),
+        "n4": ("k4", "n4", 1.0, "exact", "n4", "n3", 0.60, "below", None),
+        "n5": ("k5", "n5", 1.0, "exact", "n5", None, None, None, None),
+    }
+
+
 class ScriptedJudge:
     """A chat model that answers adjudications from a script keyed on the two names it is shown."""
 
