@@ -73,3 +73,31 @@ def test_llm_and_embed_bars_move_with_the_work_and_end_at_the_rows_written(log, 
                    work=Work("embed", "vectors", 10))
     assert _counts(log.getvalue(), "embed")[-1] == (10, 10)
     assert re.search(r"^\[corpusgraph\] embed: 10/10 vectors \(100%\), .+, done in \S+$", log.getvalue(), re.M)
+
+
+@pytest.mark.timeout(300)
+def test_a_pass_keeps_its_counter_when_an_earlier_pass_is_collected(log):
+    """The counter a pass's workers tell must live as long as that pass, whatever became of the
+    handles of passes before it (a long pass once showed no line after the garbage collector
+    took the previous pass's handle)."""
+    import gc
+    import time
+
+    import ray
+
+    from corpusgraph.config import RaySection
+    from corpusgraph.ray_pass import init_ray, progress_feed
+
+    init_ray(RaySection(actors=1))
+    with progress_feed(Work("first", "rows", 4), lambda: 4) as first:
+        ray.get(first[0].add.remote(first[1], 4), timeout=60)
+    with progress_feed(Work("second", "rows", 10), lambda: 10) as second:
+        del first
+        gc.collect()
+        time.sleep(1)  # time for Ray to act on the freed handle
+        ray.get(second[0].add.remote(second[1], 3), timeout=60)
+        deadline = time.monotonic() + 30
+        while (3, 10) not in _counts(log.getvalue(), "second") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (3, 10) in _counts(log.getvalue(), "second"), log.getvalue()
+    assert _counts(log.getvalue(), "first")[-1] == (4, 4)
