@@ -46,16 +46,14 @@ COLS = ["entity_id", "score", "method", "rejected_id", "rejected_score", "reject
 
 
 def two_way_reference(nodes_df, labels, decided, cut=None):
-    """resolve_merge.decisions as it was before the one-aggregation form (the reference)."""
+    """resolve_merge.decisions as it was before the one-aggregation form (the reference); the
+    guard's cut and the output columns are the product's (with_cut, mapping_columns), the same in both forms."""
     from pyspark.sql import functions as F
 
+    from corpusgraph.stages import resolve_merge as RM
+
     lab = labels.select("node_id", F.col("label").alias("entity_id"))
-    d = decided.select("a", "b", "score", "merge", "method", "reason", "error")
-    if cut is not None:
-        cut_keys = cut.select("a", "b", F.lit(True).alias("was_cut"))
-        d = d.join(cut_keys, ["a", "b"], "left").withColumn("was_cut", F.coalesce("was_cut", F.lit(False)))
-        d = d.withColumn("merge", F.col("merge") & ~F.col("was_cut")).withColumn(
-            "reason", F.when(F.col("was_cut"), "guard").otherwise(F.col("reason")))
+    d = RM.with_cut(decided.select("a", "b", "score", "merge", "method", "reason", "error"), cut)
     both = d.select(F.col("a").alias("node_id"), F.col("b").alias("other"), "score", "merge", "method", "reason",
                     "error").unionByName(
         d.select(F.col("b").alias("node_id"), F.col("a").alias("other"), "score", "merge", "method", "reason", "error"))
@@ -67,19 +65,8 @@ def two_way_reference(nodes_df, labels, decided, cut=None):
     reject = both.where(~same).groupBy("node_id").agg(
         F.max_by(F.struct("other_entity", "score", F.coalesce("reason", F.lit("guard")).alias("reason"), "error"),
                  "score").alias("rej"))
-    own = F.col("entity_id") == F.col("node_id")
-    return nodes_df.select("node_id", "key").join(lab, "node_id", "left").join(attach, "node_id", "left").join(
-        reject, "node_id", "left").select(
-        "key", "node_id",
-        F.coalesce("entity_id", "node_id").alias("entity_id"),
-        F.when(own | F.col("att").isNull(), F.lit(1.0)).otherwise(F.col("att.score")).alias("score"),
-        F.when(own | F.col("att").isNull(), F.lit("exact")).otherwise(F.col("att.method")).alias("method"),
-        F.col("node_id").alias("exact_id"),
-        F.col("rej.other_entity").alias("rejected_id"),
-        F.col("rej.score").alias("rejected_score"),
-        F.col("rej.reason").alias("rejected_reason"),
-        F.coalesce(F.when(~own, F.col("att.error")), F.col("rej.error")).alias("error"),
-    )
+    return RM.mapping_columns(nodes_df.select("node_id", "key").join(lab, "node_id", "left").join(
+        attach, "node_id", "left").join(reject, "node_id", "left"))
 
 
 def test_one_aggregation_gives_the_same_mapping_faster(spark, tmp_path):  # noqa: F811

@@ -27,7 +27,7 @@ from __future__ import annotations
 from ..config import ResolveSection
 
 __all__ = ["cc_start", "cc_step", "changed", "component_sizes", "oversized_members", "guard_edges", "star_cut",
-           "decisions"]
+           "decisions", "mapping_columns", "with_cut"]
 
 
 def cc_start(nodes_df):
@@ -133,12 +133,7 @@ def decisions(nodes_df, labels, decided, cut=None):
     from pyspark.sql import functions as F
 
     lab = labels.select("node_id", F.col("label").alias("entity_id"))
-    d = decided.select("a", "b", "score", "merge", "method", "reason", "error")
-    if cut is not None:
-        cut_keys = cut.select("a", "b", F.lit(True).alias("was_cut"))
-        d = d.join(cut_keys, ["a", "b"], "left").withColumn("was_cut", F.coalesce("was_cut", F.lit(False)))
-        d = d.withColumn("merge", F.col("merge") & ~F.col("was_cut")).withColumn(
-            "reason", F.when(F.col("was_cut"), "guard").otherwise(F.col("reason")))
+    d = with_cut(decided.select("a", "b", "score", "merge", "method", "reason", "error"), cut)
     d = d.join(lab.select(F.col("node_id").alias("a"), F.col("entity_id").alias("ea")), "a").join(
         lab.select(F.col("node_id").alias("b"), F.col("entity_id").alias("eb")), "b")
     same = F.col("ea") == F.col("eb")
@@ -154,8 +149,31 @@ def decisions(nodes_df, labels, decided, cut=None):
     best = ends.groupBy("node_id").agg(
         F.max_by(F.struct("score", "method", "error"), F.when(F.col("attaches"), order)).alias("att"),
         F.max_by(F.struct("other_entity", "score", "reason", "error"), F.when(F.col("rejects"), order)).alias("rej"))
+    named = nodes_df.select("node_id", "key").join(lab, "node_id", "left")
+    return mapping_columns(named.join(best, "node_id", "left"))
+
+
+def with_cut(decided, cut):
+    """Decided pairs with the chain guard's cut edges (a, b) turned into non-merges, reason "guard";
+    as they are when cut is None."""
+    from pyspark.sql import functions as F
+
+    if cut is None:
+        return decided
+    cut_keys = cut.select("a", "b", F.lit(True).alias("was_cut"))
+    d = decided.join(cut_keys, ["a", "b"], "left").withColumn("was_cut", F.coalesce("was_cut", F.lit(False)))
+    return d.withColumn("merge", F.col("merge") & ~F.col("was_cut")).withColumn(
+        "reason", F.when(F.col("was_cut"), "guard").otherwise(F.col("reason")))
+
+
+def mapping_columns(joined):
+    """decisions()'s output columns from each node's (node_id, key, entity_id) and its best
+    attaching edge `att` (score, method, error) and best rejection `rej` (other_entity, score,
+    reason, error), either null."""
+    from pyspark.sql import functions as F
+
     own = F.col("entity_id") == F.col("node_id")
-    return nodes_df.select("node_id", "key").join(lab, "node_id", "left").join(best, "node_id", "left").select(
+    return joined.select(
         "key", "node_id",
         F.coalesce("entity_id", "node_id").alias("entity_id"),
         F.when(own | F.col("att").isNull(), F.lit(1.0)).otherwise(F.col("att.score")).alias("score"),
