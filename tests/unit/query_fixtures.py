@@ -356,3 +356,18 @@ def _fill_schema(schema: dict, text: str):
     if kind == "boolean":
         return True
     return (schema.get("enum") or [text])[0]
+
+
+def rows_store(*, units, docs, entities, relationships, names=None, vectors=None, match_names=None):
+    """An IndexStore built from row dicts (IndexStore.from_rows), for ranking tests that need a
+    handful of units and entities; `names`, `vectors` and `match_names` replace the store's own."""
+    from corpusgraph.query.store import IndexStore
+
+    store = IndexStore.from_rows(units=units, docs=docs, entities=entities, relationships=relationships)
+    if names is not None:
+        store.names = names
+    if vectors is not None:
+        store.vectors = vectors
+    if match_names is not None:
+        store.match_names = match_names
+    return store

@@ -10,7 +10,7 @@ from corpusgraph.graph.walk import personalized_pagerank
 from corpusgraph.query.lexical import Bm25, tokenize
 from corpusgraph.query.question import parse_question
 from corpusgraph.query.retrieval import rank_units
-from tests.unit.query_fixtures import fake_embed
+from tests.unit.query_fixtures import fake_embed, rows_store
 
 
 def _unchecked(**weights) -> RetrievalSection:
@@ -102,11 +102,9 @@ def test_retriever_is_built_once_per_store(store):
 
 def test_a_unit_is_linked_to_the_entity_named_by_its_document_title():
     """u3's text never names the company, but its document's title does ("The ..." dropped)."""
-    from types import SimpleNamespace
-
     from corpusgraph.query.retrieval import GraphRetriever
 
-    store = SimpleNamespace(
+    store = rows_store(
         units={"u3": {"doc_id": "d3", "text": "It mines copper."}, "u4": {"doc_id": "d4", "text": "Copper sales."}},
         docs={"d3": {"title": "The Iron Coast Company"}, "d4": {"title": "Sales"}},
         entities={"e_iron": {"title": "Iron Coast Company", "unit_ids": ["u4"]}},
@@ -132,13 +130,11 @@ def test_entity_vector_seeds_add_to_name_matches(store):
 
 def _path_retriever(n: int):
     """A GraphRetriever over a path of n entities e0 - e1 - ... with one unit on e0."""
-    from types import SimpleNamespace
-
     from corpusgraph.query.retrieval import GraphRetriever
 
     ents = {f"e{i:03d}": {"title": f"E{i}", "unit_ids": ["u0"] if i == 0 else []} for i in range(n)}
     rels = {f"r{i}": {"source_id": f"e{i:03d}", "target_id": f"e{i + 1:03d}", "weight": 1.0} for i in range(n - 1)}
-    store = SimpleNamespace(units={"u0": {"doc_id": "d0", "text": "x"}}, docs={"d0": {"title": ""}},
+    store = rows_store(units={"u0": {"doc_id": "d0", "text": "x"}}, docs={"d0": {"title": ""}},
                             entities=ents, relationships=rels, names={})
     return GraphRetriever(store)
 
@@ -194,8 +190,6 @@ class _ExactVectors:
 def _bridge_store():
     """uA (the first hop) names the film by its title without the "(1986 film)" qualifier; the
     film's document has two units, uB2 closer to the question than uB1."""
-    from types import SimpleNamespace
-
     vecs = {"uA": [1.0, 0.0, 0.0], "uB1": [0.3, 0.954, 0.0], "uB2": [0.6, 0.8, 0.0], "uX": [0.0, 0.0, 1.0],
             "uO": [0.9, 0.436, 0.0]}
 
@@ -208,7 +202,7 @@ def _bridge_store():
     }
     docs = {"dA": {"title": "Leland, North Carolina"}, "dB": {"title": "Maximum Overdrive (1986 film)"},
             "dX": {"title": "Cape Fear"}, "dO": {"title": "The"}}
-    return SimpleNamespace(units=units, docs=docs, entities={}, relationships={}, names={},
+    return rows_store(units=units, docs=docs, entities={}, relationships={}, names={},
                            vectors=lambda kind: _ExactVectors(vecs), match_names=lambda question: [])
 
 
@@ -246,11 +240,9 @@ def test_bridge_step_puts_the_mentioned_document_after_the_passage_that_names_it
 
 
 def test_a_title_inside_the_passages_own_title_is_no_mention():
-    from types import SimpleNamespace
-
     from corpusgraph.query.retrieval import GraphRetriever
 
-    store = SimpleNamespace(
+    store = rows_store(
         units={"u1": {"doc_id": "d1", "text": "A game in which direct action squads meet Dale Brown's heroes."},
                "u2": {"doc_id": "d2", "text": "Tactics."}, "u3": {"doc_id": "d3", "text": "An author."}},
         docs={"d1": {"title": "Act of War: Direct Action"}, "d2": {"title": "Direct action (military)"},
@@ -261,14 +253,12 @@ def test_a_title_inside_the_passages_own_title_is_no_mention():
 
 
 def test_titles_sharing_a_first_word_are_told_apart_by_their_whole_run():
-    from types import SimpleNamespace
-
     from corpusgraph.query.retrieval import GraphRetriever
 
     docs = {f"d{i}": {"title": f"Dispatch {i}"} for i in range(50)}
     docs["dn"] = {"title": "Dispatch"}  # a one-word title under the same first word
     docs["dl"] = {"title": "Dispatch 7 (annex)"}  # the same words as d7 once the qualifier goes
-    store = SimpleNamespace(units={"u0": {"doc_id": "d0", "text": "Dispatch note 0: see Dispatch 7, then dispatch 12."}},
+    store = rows_store(units={"u0": {"doc_id": "d0", "text": "Dispatch note 0: see Dispatch 7, then dispatch 12."}},
                             docs=docs, entities={}, relationships={}, names={})
     r = GraphRetriever(store)
     # "Dispatch" (own title "Dispatch 0" contains it) is no mention; runs of two words are.
@@ -301,8 +291,6 @@ def _entity_bridge_store():
     uQ shares only Signmark, which the question names; uS2 is another paragraph of uS's own
     document; uH shares only a hub entity found in 61 passages (60 fillers). Seen from the
     question, uQ, uS2 and uH all beat uM once novelty is counted: each must lose for its reason."""
-    from types import SimpleNamespace
-
     vecs = {"uS": [1.0, 0.0, 0.0], "uM": [0.6, 0.8, 0.0], "uQ": [0.0, 1.0, 0.0], "uS2": [0.0, 1.0, 0.0],
             "uH": [0.0, 0.98, 0.2], "uE": [0.0, 0.0, 1.0], "uX": [0.0, 0.0, 1.0]}
     fillers = [f"f{i}" for i in range(60)]
@@ -313,7 +301,7 @@ def _entity_bridge_store():
     docs = {row["doc_id"]: {"title": ""} for row in units.values()}
     entities = {"signmark": {"unit_ids": ["uS", "uS2", "uQ"]}, "finland": {"unit_ids": ["uS", "uS2", "uM"]},
                 "hub": {"unit_ids": ["uS", "uH", *fillers]}, "euro": {"unit_ids": ["uE", "uM"]}}
-    return SimpleNamespace(units=units, docs=docs, entities=entities, relationships={}, names={},
+    return rows_store(units=units, docs=docs, entities=entities, relationships={}, names={},
                            vectors=lambda kind: _ExactVectors(vecs), match_names=lambda question: ["signmark"])
 
 
@@ -359,8 +347,6 @@ def _hub_store():
     """Chat-log shape: 'lihua' is in all 40 passages; 'party' (its vector nearest the question,
     so a vector seed) is in p1..p4, none of which the passage scores favour; uT is the passage
     the question is about and names no specific entity."""
-    from types import SimpleNamespace
-
     q_dir = [1.0, 0.0, 0.0]
     units_vec = {"uT": [0.95, 0.312, 0.0]}
     units_vec.update({f"p{i}": [0.3, 0.0, 0.954] for i in range(1, 5)})
@@ -369,7 +355,7 @@ def _hub_store():
     units = {u: {"doc_id": "d" + u, "text": ""} for u in units_vec}
     docs = {row["doc_id"]: {"title": ""} for row in units.values()}
     entities = {"lihua": {"unit_ids": sorted(units)}, "party": {"unit_ids": [f"p{i}" for i in range(1, 5)]}}
-    return SimpleNamespace(units=units, docs=docs, entities=entities, relationships={}, names={},
+    return rows_store(units=units, docs=docs, entities=entities, relationships={}, names={},
                            vectors=lambda kind: _ExactVectors(units_vec if kind == "text_unit" else entity_vec),
                            match_names=lambda question: ["lihua"])
 

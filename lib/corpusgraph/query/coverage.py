@@ -52,7 +52,8 @@ def community_units(store: IndexStore, community_id: str) -> set[str]:
 
 
 def _documents(store: IndexStore, unit_ids: Iterable[str]) -> set[str]:
-    return {store.units[u]["doc_id"] for u in unit_ids if u in store.units and store.units[u]["doc_id"] in store.docs}
+    docs = (store.units.value(u, "doc_id") for u in unit_ids)
+    return {d for d in docs if d is not None and d in store.docs}
 
 
 def view_facts(store: IndexStore) -> dict[str, Any]:
@@ -116,7 +117,7 @@ def seed_facts(store: IndexStore, seeds: Sequence[str], named: Iterable[str]) ->
     """Each seed entity with its title and how it was found."""
     named = set(named)
     return [
-        {"entity_id": e, "title": (store.entities.get(e) or {}).get("title") or e,
+        {"entity_id": e, "title": store.entities.value(e, "title") or e,
          "found_by": "name" if e in named else "vector"}
         for e in seeds
     ]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from typing import Mapping, Sequence
+from itertools import chain, islice
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -31,34 +32,67 @@ def tokenize(text: str) -> list[str]:
 
 
 class Bm25:
-    """Okapi BM25 over a fixed list of texts, with postings as numpy arrays per term."""
+    """Okapi BM25 over a fixed list of texts, with postings in compressed sparse row form.
 
-    def __init__(self, texts: Sequence[str], k1: float = 1.2, b: float = 0.75):
+    Built a batch of texts at a time: each batch's tokens are counted per (term, text) with
+    numpy, so the postings of a million passages are three integer arrays, not a dict per term.
+    `texts` may be any iterable when `n` says how many it yields."""
+
+    def __init__(self, texts: Iterable[str], n: int | None = None, k1: float = 1.2, b: float = 0.75,
+                 batch: int = 20_000):
+        import pyarrow as pa
+
         self.k1, self.b = k1, b
-        self.n = len(texts)
-        postings: dict[str, dict[int, int]] = defaultdict(dict)
-        lengths = np.zeros(self.n, dtype=np.float32)
-        for i, text in enumerate(texts):
-            tokens = tokenize(text)
-            lengths[i] = len(tokens)
-            for t in tokens:
-                postings[t][i] = postings[t].get(i, 0) + 1
+        if n is None:
+            texts = list(texts)
+            n = len(texts)
+        self.n = n
+        vocab: dict[str, int] = {}
+        lengths = np.zeros(n, dtype=np.float32)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (term, text, tf) per batch
+        it = iter(texts)
+        for start in range(0, n, batch):
+            tokens = [tokenize(t) for t in islice(it, batch)]
+            counts = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+            lengths[start: start + len(tokens)] = counts
+            if not counts.sum():
+                continue
+            encoded = pa.array(list(chain.from_iterable(tokens)), type=pa.string()).dictionary_encode()
+            words = encoded.dictionary.to_pylist()
+            to_global = np.fromiter((vocab.setdefault(w, len(vocab)) for w in words), dtype=np.int64,
+                                    count=len(words))
+            terms = to_global[np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
+            rows = np.repeat(np.arange(start, start + len(tokens), dtype=np.int64), counts)
+            keys, tf = np.unique(terms * n + rows, return_counts=True)
+            parts.append(((keys // n).astype(np.int32), (keys % n).astype(np.int32), tf.astype(np.float32)))
         self.avg_len = float(lengths.mean()) if self.n else 0.0
         norm = k1 * (1 - b + b * lengths / max(self.avg_len, 1e-9))
-        self._terms: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        for t, docs in postings.items():
-            rows = np.fromiter(docs.keys(), dtype=np.int64, count=len(docs))
-            tf = np.fromiter(docs.values(), dtype=np.float32, count=len(docs))
-            idf = math.log(1 + (self.n - len(docs) + 0.5) / (len(docs) + 0.5))
-            self._terms[t] = (rows, (idf * tf * (k1 + 1) / (tf + norm[rows])).astype(np.float32))
+        self._vocab = vocab
+        df = np.zeros(len(vocab), dtype=np.int64)
+        for terms, _, _ in parts:
+            df += np.bincount(terms, minlength=len(vocab))
+        idf = np.array([math.log(1 + (self.n - d + 0.5) / (d + 0.5)) for d in df.tolist()], dtype=np.float64)
+        self._indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+        np.cumsum(df, out=self._indptr[1:])
+        self._rows = np.zeros(int(df.sum()), dtype=np.int32)
+        self._scores = np.zeros(int(df.sum()), dtype=np.float32)
+        filled = self._indptr[:-1].copy()  # next free slot of each term
+        while parts:  # each batch's postings go to their terms' runs, texts in order
+            terms, rows, tf = parts.pop(0)
+            first = np.searchsorted(terms, terms, side="left")  # sorted by term within a batch
+            slot = filled[terms] + (np.arange(len(terms)) - first)
+            self._rows[slot] = rows
+            self._scores[slot] = idf[terms].astype(np.float32) * tf * np.float32(k1 + 1) / (tf + norm[rows])
+            filled += np.bincount(terms, minlength=len(vocab))
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every text for the query (0 where no term matches)."""
         out = np.zeros(self.n, dtype=np.float32)
         for t in set(tokenize(query)):
-            hit = self._terms.get(t)
-            if hit is not None:
-                out[hit[0]] += hit[1]
+            term = self._vocab.get(t)
+            if term is not None:
+                lo, hi = self._indptr[term], self._indptr[term + 1]
+                out[self._rows[lo:hi]] += self._scores[lo:hi]
         return out
 
 

@@ -90,47 +90,74 @@ def select_seeds(store: IndexStore, question: Question, k: int) -> list[str]:
     return unique_ordered(list(question.named), nearest, limit=k)
 
 
+def _top(keys: list[np.ndarray], limit: int) -> np.ndarray:
+    """Indexes of the `limit` smallest rows by the numeric `keys` (first key first), and every
+    row tied with the last of them, so a final sort with a tie-break sees all candidates."""
+    order = np.lexsort(keys[::-1])
+    if len(order) <= limit:
+        return order
+    last = tuple(k[order[limit - 1]] for k in keys)
+    tied = np.ones(len(order), dtype=bool)
+    for k, v in zip(keys, last):
+        tied &= k[order] == v
+    return np.concatenate([order[:limit], order[limit:][tied[limit:]]])
+
+
 def expand_neighbours(store: IndexStore, seeds: list[str], limit: int) -> list[str]:
     """One-hop neighbours of the seeds, by summed edge weight to the seeds, then by degree."""
-    seed_set = set(seeds)
-    weight: dict[str, float] = {}
+    ents = store.entities
+    src, dst = store.rel_ends
+    weights = store.relationships.numpy("weight", 1.0)
+    seed_pos = np.asarray([p for p in (ents.position(s) for s in seeds) if p is not None], dtype=np.int64)
+    others, shares = [], []
     for seed in seeds:
-        for rel_id in store.adjacency.get(seed, ()):
-            other = store.other_end(rel_id, seed)
-            if other in seed_set or other not in store.entities:
-                continue
-            # Summed, so a neighbour tied to two seeds outranks one tied to a single seed.
-            weight[other] = weight.get(other, 0.0) + store.relationships[rel_id]["weight"]
-    ranked = sorted(weight, key=lambda e: (-weight[e], -store.degree(e), e))
-    return ranked[:limit]
+        rels = store.adjacency.positions(seed)
+        if not len(rels):
+            continue
+        other = np.where(src[rels] == ents.position(seed), dst[rels], src[rels])
+        keep = (other >= 0) & ~np.isin(other, seed_pos)
+        others.append(other[keep]), shares.append(weights[rels][keep])
+    if not others:
+        return []
+    found, inverse = np.unique(np.concatenate(others), return_inverse=True)
+    # Summed in the order the edges were met, so a neighbour tied to two seeds outranks one tied
+    # to a single seed.
+    weight = np.bincount(inverse, weights=np.concatenate(shares), minlength=len(found))
+    degree = store.degrees[found]
+    near = _top([-weight, -degree], limit)
+    ranked = sorted(near.tolist(), key=lambda i: (-weight[i], -degree[i], ents.ids[found[i]]))
+    return [ents.ids[found[i]] for i in ranked[:limit]]
 
 
 def _rank_relationships(store: IndexStore, seeds: list[str], selected: list[str]) -> list[str]:
     """Edges with both ends selected: seed-seed, then seed-neighbour, then the rest; by weight."""
-    seed_set, chosen = set(seeds), set(selected)
-    rel_ids = {
-        rel_id
-        for eid in selected
-        for rel_id in store.adjacency.get(eid, ())
-        if store.other_end(rel_id, eid) in chosen
-    }
-
-    def key(rel_id: str):
-        rel = store.relationships[rel_id]
-        on_seeds = (rel["source_id"] in seed_set) + (rel["target_id"] in seed_set)
-        return (-on_seeds, -rel["weight"], rel_id)
-
-    return sorted(rel_ids, key=key)
+    ents, rels = store.entities, store.relationships
+    src, dst = store.rel_ends
+    seed_pos = np.asarray([p for p in (ents.position(s) for s in seeds) if p is not None], dtype=np.int64)
+    chosen = np.asarray([p for p in (ents.position(s) for s in selected) if p is not None], dtype=np.int64)
+    found = []
+    for eid in selected:
+        edges = store.adjacency.positions(eid)
+        if len(edges):
+            other = np.where(src[edges] == ents.position(eid), dst[edges], src[edges])
+            found.append(edges[np.isin(other, chosen)])
+    if not found:
+        return []
+    edges = np.unique(np.concatenate(found))
+    on_seeds = np.isin(src[edges], seed_pos).astype(np.int64) + np.isin(dst[edges], seed_pos)
+    weight = rels.numpy("weight", 1.0)[edges]
+    order = sorted(range(len(edges)), key=lambda i: (-on_seeds[i], -weight[i], rels.ids[edges[i]]))
+    return [rels.ids[edges[i]] for i in order]
 
 
 def _rank_communities(store: IndexStore, selected: list[str]) -> list[str]:
     """Communities with a report holding selected entities: lowest level first, then by how many."""
     count: Counter[str] = Counter(cid for eid in selected for cid in store.entity_communities.get(eid, ()))
-    with_report = [cid for cid in count if cid in store.reports]
+    reports = store.reports
+    with_report = [cid for cid in count if cid in reports]
 
     def key(cid: str):
-        report = store.reports[cid]
-        return (report["level"], -count[cid], -report["rating"], cid)
+        return (reports.value(cid, "level"), -count[cid], -reports.value(cid, "rating"), cid)
 
     return sorted(with_report, key=key)
 
@@ -138,19 +165,23 @@ def _rank_communities(store: IndexStore, selected: list[str]) -> list[str]:
 def _title(store: IndexStore, entity_id: str | None) -> str:
     if not entity_id:
         return "?"
-    ent = store.entities.get(entity_id)
-    return (ent["title"] if ent else None) or entity_id
+    return store.entities.value(entity_id, "title") or entity_id
 
 
 def _entity_line(store: IndexStore, i: int, eid: str) -> str:
-    ent = store.entities[eid]
-    return f"[E{i}] {ent['title'] or eid} ({ent['type'] or 'entity'}): {(ent['description'] or '').strip()}"
+    ents = store.entities
+    if eid not in ents:
+        raise KeyError(eid)
+    title, kind, text = (ents.value(eid, c) for c in ("title", "type", "description"))
+    return f"[E{i}] {title or eid} ({kind or 'entity'}): {(text or '').strip()}"
 
 
 def _rel_line(store: IndexStore, i: int, rel_id: str) -> str:
-    rel = store.relationships[rel_id]
-    ends = f"{_title(store, rel['source_id'])} -- {_title(store, rel['target_id'])}"
-    return f"[R{i}] {ends}: {(rel['description'] or '').strip()}"
+    rels = store.relationships
+    if rel_id not in rels:
+        raise KeyError(rel_id)
+    source, target, text = (rels.value(rel_id, c) for c in ("source_id", "target_id", "description"))
+    return f"[R{i}] {_title(store, source)} -- {_title(store, target)}: {(text or '').strip()}"
 
 
 def _claim_line(store: IndexStore, i: int, claim_id: str) -> str:

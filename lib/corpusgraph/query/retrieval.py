@@ -46,7 +46,7 @@ query/hops.py's.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,6 +54,7 @@ import numpy as np
 from corpusgraph.config import RetrievalSection
 from corpusgraph.graph.walk import WalkGraph
 from corpusgraph.query import hops
+from corpusgraph.query.columns import CsrMap
 from corpusgraph.query.adaptive import entity_share, keep_dense, seed_support
 from corpusgraph.query.lexical import Bm25, TitleIndex
 from corpusgraph.query.question import Question
@@ -72,50 +73,131 @@ def _minmax(x: np.ndarray) -> np.ndarray:
     return (x - lo) / (hi - lo) if hi > lo else np.ones_like(x)
 
 
+class _Ranks(Mapping):
+    """id -> its place in a sorted id list, through the store table's positions (no second dict)."""
+
+    def __init__(self, rows, rank_of_position: np.ndarray, ids: list[str]):
+        self._rows, self._rank, self._ids = rows, rank_of_position, ids
+
+    def __getitem__(self, key: str) -> int:
+        i = self._rows.position(key)
+        if i is None:
+            raise KeyError(key)
+        return int(self._rank[i])
+
+    def get(self, key, default=None):
+        i = self._rows.position(key)
+        return default if i is None else int(self._rank[i])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
+
+    def __iter__(self):
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
+def _sorted_ids(rows) -> tuple[list[str], np.ndarray, _Ranks]:
+    """A table's ids sorted, the rank of each row position, and the id -> rank mapping."""
+    import pyarrow.compute as pc
+
+    order = np.asarray(pc.sort_indices(rows.column(rows.key)).to_numpy(), dtype=np.int64) if len(rows) \
+        else np.zeros(0, dtype=np.int64)
+    ids = [rows.ids[i] for i in order.tolist()]
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return ids, rank, _Ranks(rows, rank, ids)
+
+
 class GraphRetriever:
-    """The passage/entity graph, BM25 and id maps of one store, built once."""
+    """The passage/entity graph, BM25 and id maps of one store, built once.
+
+    Built from the store's columns and integer positions (columns.py), not row by row, so a
+    million-document store builds it without a Python object per edge."""
 
     def __init__(self, store: IndexStore):
         self.store = store
-        self.unit_ids = sorted(store.units)
-        self.entity_ids = sorted(store.entities)
-        self.unit_index = {u: i for i, u in enumerate(self.unit_ids)}
-        self.entity_index = {e: i for i, e in enumerate(self.entity_ids)}
-        n_ent = len(self.entity_ids)
-        self.n = n_ent + len(self.unit_ids)
-        src, dst, w = [], [], []
-        for rel in store.relationships.values():
-            a, b = self.entity_index.get(rel["source_id"]), self.entity_index.get(rel["target_id"])
-            if a is None or b is None or a == b:
-                continue
-            src.append(a), dst.append(b), w.append(float(rel["weight"]))
-        self.passages_of = np.zeros(n_ent, dtype=np.float64)
-        linked: list[set[str]] = []
-        for e, eid in enumerate(self.entity_ids):
-            own = {u for u in store.entities[eid]["unit_ids"] if u in self.unit_index}
-            linked.append(own)
-            units = sorted(self.unit_index[u] for u in own)
-            self.passages_of[e] = len(units)
-            for u in units:
-                src.append(e), dst.append(n_ent + u), w.append(1.0)
+        units, ents, docs = store.units, store.entities, store.docs
+        self.unit_ids, unit_rank, self.unit_index = _sorted_ids(units)
+        self.entity_ids, ent_rank, self.entity_index = _sorted_ids(ents)
+        n_ent, n_unit = len(self.entity_ids), len(self.unit_ids)
+        self.n = n_ent + n_unit
+        # Entity-entity edges, in the relationships' order (no loops, both ends entities).
+        src, dst = store.rel_ends
+        ok = (src >= 0) & (dst >= 0) & (src != dst)
+        rel_a, rel_b = ent_rank[src[ok]], ent_rank[dst[ok]]
+        rel_w = store.relationships.numpy("weight", 1.0)[ok]
+        # Entity-passage edges: each entity's own units, once each, by entity then unit.
+        owners, members = ents.list_positions("unit_ids", units)
+        keep = members >= 0
+        linked = np.unique(ent_rank[owners[keep]] * max(n_unit, 1) + unit_rank[members[keep]])
+        own_e, own_u = linked // max(n_unit, 1), linked % max(n_unit, 1)
+        self.passages_of = np.bincount(own_e, minlength=n_ent).astype(np.float64)
         # A document's title names what its text is about, even where the text says "it": a unit
         # is also linked to the entity whose name is its document's title, when one was extracted.
-        for u, unit_id in enumerate(self.unit_ids):
-            title = (store.docs.get(store.units[unit_id]["doc_id"]) or {}).get("title") or ""
-            for eid in store.names.get(normalise_name(clean_name(title)), ()) if title else ():
-                e = self.entity_index.get(eid)
-                if e is not None and unit_id not in linked[e]:
-                    src.append(e), dst.append(n_ent + u), w.append(1.0)
-                    self.passages_of[e] += 1
-        self.graph = WalkGraph(self.n, src, dst, w)
+        title_e, title_u = self._title_links(store, unit_rank, ent_rank, linked, n_unit)
+        np.add.at(self.passages_of, title_e, 1.0)
+        self.graph = WalkGraph(
+            self.n,
+            np.concatenate([rel_a, own_e, title_e]),
+            np.concatenate([rel_b, n_ent + own_u, n_ent + title_u]),
+            np.concatenate([rel_w, np.ones(len(own_e) + len(title_e))]),
+        )
         # Above this many passages an entity is a hub for the entity bridge (unless configured).
-        self.hub_passages = math.sqrt(max(len(self.unit_ids), 1))
-        self.bm25 = Bm25([self._unit_text(u) for u in self.unit_ids])
+        self.hub_passages = math.sqrt(max(n_unit, 1))
+        self.bm25 = Bm25(self._unit_texts(store, unit_rank), n_unit)
         # The bridge steps (query/hops.py): documents by title, and each document's units.
-        self.titles = TitleIndex(store.docs)
-        self.units_of_doc: dict[str, list[str]] = defaultdict(list)
-        for unit_id in self.unit_ids:
-            self.units_of_doc[store.units[unit_id]["doc_id"]].append(unit_id)
+        self.titles = TitleIndex(docs)
+        unit_docs = docs.positions_of(units.column("doc_id"))
+        by_rank = np.empty(n_unit, dtype=np.int64)
+        by_rank[unit_rank] = np.arange(n_unit, dtype=np.int64)  # unit position of each rank
+        self.units_of_doc = CsrMap(docs, unit_docs[by_rank], by_rank, units)
+
+    @staticmethod
+    def _title_links(store: IndexStore, unit_rank: np.ndarray, ent_rank: np.ndarray, linked: np.ndarray,
+                     n_unit: int) -> tuple[np.ndarray, np.ndarray]:
+        """(entity rank, unit rank) of each title link not already an own-unit link, by unit rank
+        then the entity's order among the title's names."""
+        docs, units = store.docs, store.units
+        doc_owner: list[int] = []
+        doc_entity: list[int] = []
+        for d, title in enumerate(docs.column("title").to_pylist()):
+            for eid in store.names.get(normalise_name(clean_name(title)), ()) if title else ():
+                e = store.entities.position(eid)
+                if e is not None:
+                    doc_owner.append(d), doc_entity.append(int(ent_rank[e]))
+        if not doc_owner:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        per_doc = CsrMap(docs, np.asarray(doc_owner), np.asarray(doc_entity), store.entities)
+        unit_docs = docs.positions_of(units.column("doc_id"))
+        order = np.argsort(unit_rank, kind="stable")  # unit positions by rank
+        d = unit_docs[order]
+        has = d >= 0
+        counts = np.zeros(len(d), dtype=np.int64)
+        counts[has] = per_doc.indptr[d[has] + 1] - per_doc.indptr[d[has]]
+        u = np.repeat(unit_rank[order], counts)
+        starts = np.repeat(np.where(has, per_doc.indptr[np.maximum(d, 0)], 0), counts)
+        offsets = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        e = per_doc.members[starts + offsets]
+        fresh = ~np.isin(e * max(n_unit, 1) + u, linked)
+        return e[fresh], u[fresh]
+
+    @staticmethod
+    def _unit_texts(store: IndexStore, unit_rank: np.ndarray):
+        """Each unit's document title and text, in rank order, a batch at a time."""
+        units, docs = store.units, store.docs
+        order = np.argsort(unit_rank, kind="stable")
+        titles = docs.column("title")
+        unit_docs = docs.positions_of(units.column("doc_id"))
+        text = units.column("text")
+        for start in range(0, len(order), 50_000):
+            part = order[start: start + 50_000]
+            d = unit_docs[part]
+            doc_titles = titles.take(np.maximum(d, 0)).to_pylist() if len(titles) else [None] * len(part)
+            for t, title, has in zip(text.take(part).to_pylist(), doc_titles, (d >= 0).tolist()):
+                yield f"{(title if has else None) or ''}\n{t or ''}"
 
     def mentioned_documents(self, unit_id: str) -> list[str]:
         """Documents whose title the unit's text contains as whole words, in order of first
@@ -135,11 +217,6 @@ class GraphRetriever:
     def entity_bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray, w: RetrievalSection,
                       named: set[int] = frozenset()) -> list[tuple[str, float]]:
         return hops.entity_bridge(self, ranked, question_vector, w, named)
-
-    def _unit_text(self, unit_id: str) -> str:
-        unit = self.store.units[unit_id]
-        title = (self.store.docs.get(unit["doc_id"]) or {}).get("title") or ""
-        return f"{title}\n{unit.get('text') or ''}"
 
     def passage_scores(self, question: Question, w: RetrievalSection) -> dict[int, float]:
         """Hybrid dense + BM25 score of the candidate passages (unit index -> score in [0, 1])."""

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, TypedDict
 
 __all__ = [
     "DocumentRow", "UnitRow", "EntityRow", "RelationshipRow", "ClaimRow", "CommunityRow", "Finding", "ReportRow",
-    "DomainReportRow", "ROW_TYPES", "filled", "report_shown",
+    "DomainReportRow", "ROW_TYPES", "KEYS", "FILL", "filled", "report_shown",
 ]
 
 
@@ -118,9 +118,14 @@ ROW_TYPES: dict[str, type] = {
     "community_domain_reports": DomainReportRow,
 }
 
+# Each table's id column, by which the store looks its rows up.
+KEYS: dict[str, str] = {
+    "documents": "doc_id", "text_units": "unit_id", "entities": "entity_id", "relationships": "rel_id",
+    "claims": "claim_id", "communities": "community_id", "community_reports": "community_id",
+}
 _LISTS = ("aliases", "unit_ids", "entity_ids", "rel_ids", "findings")
 # The one meaning of a null, per table and column (the module docstring says why).
-_FILL: dict[str, dict[str, Any]] = {
+FILL: dict[str, dict[str, Any]] = {
     "entities": {"aliases": [], "unit_ids": []},
     "relationships": {"weight": 1.0, "unit_ids": []},
     "communities": {"entity_ids": [], "rel_ids": [], "unit_ids": []},
@@ -131,7 +136,7 @@ _FILL: dict[str, dict[str, Any]] = {
 
 def filled(table: str, rows: Iterable[dict]) -> list[dict]:
     """`rows` of `table` with their nulls filled as the table's contract means them."""
-    fill = _FILL.get(table)
+    fill = FILL.get(table)
     if not fill:
         return list(rows)
     out = []

@@ -1,10 +1,11 @@
 """The index as the query side sees it: Delta tables read once through delta-rs, plus FAISS.
 
 Nothing here imports pyspark: the service reads the warehouse with the `deltalake` package.
-Rows become dicts keyed by id, typed per table (rows.py), which answers the lookups the queries
-make (a unit, an entity's edges, the communities an entity sits in) in constant time (load time
-at 100k documents: tests/benchmarks/results/service_load.json). Larger corpora will want lazier
-structures (a later issue).
+Each table stays as Arrow columns (columns.py's Rows: read as a mapping of id -> row dict, a
+row built when it is read), and the one-to-many lookups (an entity's edges, its communities,
+its claims) are integer arrays, so the store's memory is about the tables' Arrow size, not the
+~5x that Python row dicts took (load time and memory: tests/benchmarks/results/service_load.json
+and scale.json).
 """
 
 from __future__ import annotations
@@ -14,26 +15,20 @@ import re
 import threading
 from collections import defaultdict
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Iterable
 
+import numpy as np
+
 from corpusgraph.query.access import VisibleVectors, select_view
-from corpusgraph.query.rows import (
-    ClaimRow,
-    CommunityRow,
-    DocumentRow,
-    DomainReportRow,
-    EntityRow,
-    RelationshipRow,
-    ReportRow,
-    UnitRow,
-    filled,
-    report_shown,
-)
+from corpusgraph.query.columns import CsrMap, Rows
+from corpusgraph.query.rows import FILL, KEYS, DomainReportRow, filled, report_shown
 from corpusgraph.storage import S3Settings, open_delta
+from corpusgraph.tables import table as table_contract
 from corpusgraph.tables import table_path
 from corpusgraph.text import normalise_name
 
-__all__ = ["IndexStore", "RestrictedStore", "IndexMissingError", "report_shown"]
+__all__ = ["IndexStore", "RestrictedStore", "IndexMissingError", "UnitDomains", "report_shown"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +39,10 @@ _REQUIRED = ("documents", "text_units", "entities", "relationships", "communitie
 # Claims extraction is optional in the pipeline; without the table local search has no claims.
 _OPTIONAL = ("claims", "community_domain_reports")
 _VECTOR_KINDS = ("text_unit", "entity")
+# A restricted view's tables: (attribute, table name).
+_VIEW_TABLES = (("docs", "documents"), ("units", "text_units"), ("entities", "entities"),
+                ("relationships", "relationships"), ("claims", "claims"), ("communities", "communities"),
+                ("reports", "community_reports"))
 # Restricted views kept per store (one per distinct domain set asked for); the oldest is dropped
 # beyond this, so callers inventing domain sets cannot grow memory without bound.
 _MAX_VIEWS = 64
@@ -61,28 +60,73 @@ class IndexMissingError(FileNotFoundError):
     """A table or vector index the queries need is not there (the index was not built)."""
 
 
-def _read_rows(warehouse: str, name: str, columns: list[str] | None = None,
-               s3: S3Settings | None = None) -> list:
-    """The table's rows as dicts, nulls filled as its contract means them (rows.py)."""
+def _read_table(warehouse: str, name: str, columns: list[str] | None = None, s3: S3Settings | None = None):
+    """The table as one Arrow table (delta-rs, no JVM)."""
     from deltalake.exceptions import TableNotFoundError
 
     path = table_path(warehouse, name)
     try:
-        return filled(name, open_delta(path, s3).to_pyarrow_table(columns=columns).to_pylist())
+        return open_delta(path, s3).to_pyarrow_table(columns=columns)
     except TableNotFoundError as exc:
         raise IndexMissingError(
             f"table {name!r} not found at {path}; run `corpusgraph index` first"
         ) from exc
 
 
+def _rows(name: str, table) -> Rows:
+    """One table's Rows, keyed and filled as its contract says (rows.py)."""
+    return Rows(table, KEYS[name], FILL.get(name))
+
+
+def _shown(table):
+    """Reports that report_shown keeps: a summary with text and no error."""
+    import pyarrow.compute as pc
+
+    if not table.num_rows:
+        return table
+    summary = pc.fill_null(pc.utf8_length(pc.utf8_trim_whitespace(table.column("summary"))), 0)
+    error = pc.fill_null(pc.utf8_length(table.column("error")), 0)
+    return table.filter(pc.and_(pc.greater(summary, 0), pc.equal(error, 0)))
+
+
+class UnitDomains(Mapping):
+    """unit id -> its document's access domain, for every unit (those of deleted documents too).
+
+    The units the store shows answer through their position in `units` (a domain code each);
+    the few of deleted documents are kept apart."""
+
+    def __init__(self, units: Rows, codes: np.ndarray, names: list, hidden: dict[str, str | None]):
+        self._units, self._codes, self._names, self._hidden = units, codes, names, hidden
+
+    def __getitem__(self, unit_id: str) -> str | None:
+        i = self._units.position(unit_id)
+        if i is None:
+            return self._hidden[unit_id]
+        code = int(self._codes[i])
+        return None if code < 0 else self._names[code]
+
+    def __contains__(self, unit_id: object) -> bool:
+        return unit_id in self._units or unit_id in self._hidden
+
+    def __iter__(self):
+        yield from self._units.ids
+        yield from self._hidden
+
+    def __len__(self) -> int:
+        return len(self._units) + len(self._hidden)
+
+
 class IndexStore:
     """Loads the query tables and vector indexes once and keeps id lookups over them.
 
-    Attributes are plain dicts of row dicts, typed per table (rows.py): `docs`, `units`,
-    `entities`, `relationships`, `claims`, `communities`, `reports`; and derived maps `adjacency` (entity id -> rel ids),
-    `entity_claims` (entity id -> claim ids), `entity_communities` (entity id -> community ids),
-    `reports_by_level` (level -> community ids) and `names` (normalised title or alias -> ids).
-    `unit_domain` maps every unit, those of deleted documents too, to its document's access domain.
+    Tables are `Rows` (columns.py): Arrow columns read as mappings of id -> row dict, typed per
+    table (rows.py): `docs`, `units`, `entities`, `relationships`, `claims`, `communities`,
+    `reports`; and derived lookups `adjacency` (entity id -> rel ids), `entity_claims` (entity id
+    -> claim ids), `entity_communities` (entity id -> community ids), each a `CsrMap` of integer
+    positions, `reports_by_level` (level -> community ids) and `names` (normalised title or
+    alias -> ids). `rel_ends` holds each relationship's two ends as entity positions (-1: not an
+    entity of the store). `unit_domain` maps every unit, those of deleted documents too, to its
+    document's access domain.
 
     `domains` is None: this store is the whole index. `restricted(domains)` gives the part built
     only from documents in those domains (access.py), an IndexStore of its own.
@@ -105,76 +149,124 @@ class IndexStore:
             for kind in _VECTOR_KINDS:
                 self.vectors(kind)
 
+    @classmethod
+    def from_rows(cls, *, docs=(), units=(), entities=(), relationships=(), claims=(), communities=(),
+                  reports=(), warehouse: str = "", index_dir: str = "") -> IndexStore:
+        """A store from row dicts rather than a warehouse: each table a mapping of id -> row (the
+        id column may be left out) or a list of rows, typed by the table contracts (a column a
+        row leaves out is null). For tests and small tools; no vectors are loaded."""
+        import pyarrow as pa
+
+        def table(name: str, given) -> pa.Table:
+            key = KEYS[name]
+            rows = [{key: k, **r} for k, r in given.items()] if isinstance(given, Mapping) else list(given)
+            return pa.Table.from_pylist(rows, schema=table_contract(name).schema)
+
+        store = cls.__new__(cls)
+        store.warehouse, store.index_dir, store.s3, store._vectors = warehouse, index_dir, None, {}
+        doc_table = table("documents", docs)
+        store._tables({"documents": doc_table.select(_DOC_COLUMNS), "text_units": table("text_units", units),
+                       "entities": table("entities", entities), "relationships": table("relationships", relationships),
+                       "claims": table("claims", claims), "communities": table("communities", communities),
+                       "community_reports": table("community_reports", reports)}, [])
+        return store
+
     # -- loading ---------------------------------------------------------------------------
 
-    def _read(self, name: str, columns: list[str] | None = None) -> list:
-        return _read_rows(self.warehouse, name, columns, self.s3)
+    def _read(self, name: str, columns: list[str] | None = None):
+        return _read_table(self.warehouse, name, columns, self.s3)
 
     def _load_tables(self) -> None:
-        docs: list[DocumentRow] = self._read("documents", _DOC_COLUMNS)
-        # A document marked deleted must not be cited, nor its units shown.
-        deleted = {d["doc_id"] for d in docs if d["deleted"]}
-        self.docs: dict[str, DocumentRow] = {d["doc_id"]: d for d in docs if d["doc_id"] not in deleted}
-        units: list[UnitRow] = self._read("text_units")
-        # Deleted documents' units too: an entity merged from one still carries its text, so an
-        # access check must know that unit's domain. A unit of no known document has none.
-        domain_of_doc = {d["doc_id"]: d["access_domain"] for d in docs}
-        self.unit_domain: dict[str, str | None] = {u["unit_id"]: domain_of_doc.get(u["doc_id"]) for u in units}
-        self.units: dict[str, UnitRow] = {u["unit_id"]: u for u in units if u["doc_id"] not in deleted}
-        self.entities: dict[str, EntityRow] = {e["entity_id"]: e for e in self._read("entities")}
-        self.relationships: dict[str, RelationshipRow] = {r["rel_id"]: r for r in self._read("relationships")}
-        try:
-            claims: list[ClaimRow] = self._read("claims")
-        except IndexMissingError:
-            claims = []
-        self.claims: dict[str, ClaimRow] = {c["claim_id"]: c for c in claims}
-        self.communities: dict[str, CommunityRow] = {c["community_id"]: c for c in self._read("communities")}
-        self.reports: dict[str, ReportRow] = {
-            r["community_id"]: r for r in self._read("community_reports") if report_shown(r)
-        }
+        def optional(name: str):
+            try:
+                return self._read(name)
+            except IndexMissingError:
+                return None
+
+        tables = {"documents": self._read("documents", _DOC_COLUMNS), "text_units": self._read("text_units"),
+                  "entities": self._read("entities"), "relationships": self._read("relationships"),
+                  "claims": optional("claims") or table_contract("claims").schema.empty_table(),
+                  "communities": self._read("communities"), "community_reports": self._read("community_reports")}
         # Per-domain reports of communities that mix domains (reports.per_domain); only
         # restricted views show them (access.py). An index built before them has none.
-        try:
-            domain_reports: list[DomainReportRow] = self._read("community_domain_reports")
-        except IndexMissingError:
-            domain_reports = []
+        domain_reports = optional("community_domain_reports")
+        self._tables(tables, domain_reports.to_pylist() if domain_reports is not None else [])
+
+    def _tables(self, tables: dict, domain_reports: list[dict]) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        docs = tables.pop("documents")
+        # A document marked deleted must not be cited, nor its units shown.
+        deleted = pc.fill_null(docs.column("deleted"), False)
+        self.docs = _rows("documents", docs.filter(pc.invert(deleted)))
+        units = tables.pop("text_units")
+        # Deleted documents' units too: an entity merged from one still carries its text, so an
+        # access check must know that unit's domain. A unit of no known document has none.
+        unit_docs = units.column("doc_id").combine_chunks()
+        deleted_ids = docs.column("doc_id").filter(deleted).combine_chunks()
+        hidden_mask = np.asarray(pc.is_in(unit_docs, value_set=deleted_ids).to_numpy(zero_copy_only=False), dtype=bool) \
+            if len(deleted_ids) else np.zeros(units.num_rows, dtype=bool)
+        of_doc = pc.index_in(unit_docs, value_set=docs.column("doc_id").combine_chunks())
+        domain = pc.dictionary_encode(docs.column("access_domain").combine_chunks().take(of_doc))
+        codes = np.asarray(pc.fill_null(domain.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int32)
+        names = domain.dictionary.to_pylist()
+        hidden_ids = units.column("unit_id").filter(pa.array(hidden_mask)).to_pylist()
+        self.units = _rows("text_units", units.filter(pa.array(~hidden_mask)))
+        self.unit_domain: Mapping[str, str | None] = UnitDomains(
+            self.units, codes[~hidden_mask], names,
+            {u: (None if c < 0 else names[c]) for u, c in zip(hidden_ids, codes[hidden_mask].tolist())})
+        del units, domain
+        for attr, name in (("entities", "entities"), ("relationships", "relationships"), ("claims", "claims"),
+                           ("communities", "communities")):
+            setattr(self, attr, _rows(name, tables.pop(name)))
+        self.reports = _rows("community_reports", _shown(tables.pop("community_reports")))
         self.domain_reports: dict[tuple[str, str], DomainReportRow] = {
-            (r["community_id"], r["domain"]): r for r in domain_reports if report_shown(r)
+            (r["community_id"], r["domain"]): r for r in filled("community_domain_reports", domain_reports)
+            if report_shown(r)
         }
         self._build_lookups()
 
     def _build_lookups(self) -> None:
-        adjacency: dict[str, list[str]] = defaultdict(list)
-        for rel_id, rel in self.relationships.items():
-            adjacency[rel["source_id"]].append(rel_id)
-            if rel["target_id"] != rel["source_id"]:
-                adjacency[rel["target_id"]].append(rel_id)
-        self.adjacency = dict(adjacency)
+        ents, rels = self.entities, self.relationships
+        src = ents.positions_of(rels.column("source_id"))
+        dst = ents.positions_of(rels.column("target_id"))
+        self.rel_ends = (src, dst)
+        # Each entity's relationships in table order: as source, and as target unless a loop.
+        j = np.arange(len(rels), dtype=np.int64)
+        loop = (src == dst) & (src >= 0) if len(rels) else np.zeros(0, dtype=bool)
+        owners = np.concatenate([src, dst[~loop]])
+        members = np.concatenate([j, j[~loop]])
+        order = np.argsort(members, kind="stable")
+        self.adjacency = CsrMap(ents, owners[order], members[order], rels)
+        # degree() of every entity by position: the stored degree, else its edges here.
+        stored = ents.numpy("degree", 0, np.int64)
+        self.degrees = np.where(stored != 0, stored, np.diff(self.adjacency.indptr))
 
-        entity_claims: dict[str, list[str]] = defaultdict(list)
-        for claim_id, claim in self.claims.items():
-            for end in (claim["subject_id"], claim["object_id"]):
-                if end:
-                    entity_claims[end].append(claim_id)
-        self.entity_claims = dict(entity_claims)
+        claims = self.claims
+        c = np.arange(len(claims), dtype=np.int64)
+        ends = [ents.positions_of(claims.column(col)) for col in ("subject_id", "object_id")]
+        order = np.argsort(np.concatenate([c, c]), kind="stable")  # a claim's subject, then its object
+        self.entity_claims = CsrMap(ents, np.concatenate(ends)[order], np.concatenate([c, c])[order], claims)
 
-        entity_communities: dict[str, list[str]] = defaultdict(list)
+        coms = self.communities
+        parents, members = coms.list_positions("entity_ids", ents)
+        self.entity_communities = CsrMap(ents, members, parents, coms)
         communities_by_level: dict[int, list[str]] = defaultdict(list)
-        for cid, com in self.communities.items():
-            communities_by_level[com["level"]].append(cid)
-            for eid in com["entity_ids"]:
-                entity_communities[eid].append(cid)
-        self.entity_communities = dict(entity_communities)
+        for cid, level in zip(coms.ids, coms.column("level").to_pylist()):
+            communities_by_level[level].append(cid)
         self.communities_by_level = dict(communities_by_level)
 
         reports_by_level: dict[int, list[str]] = defaultdict(list)
-        for cid, rep in self.reports.items():
-            reports_by_level[rep["level"]].append(cid)
+        for cid, level in zip(self.reports.ids, self.reports.column("level").to_pylist()):
+            reports_by_level[level].append(cid)
         self.reports_by_level = {lvl: sorted(ids) for lvl, ids in reports_by_level.items()}
 
         names: dict[str, list[str]] = defaultdict(list)
-        for eid, ent in self.entities.items():
-            for name in [ent["title"] or "", *ent["aliases"]]:
+        titles = ents.column("title").to_pylist()
+        aliases = ents.column("aliases").to_pylist()
+        for eid, title, more in zip(ents.ids, titles, aliases):
+            for name in [title or "", *(more or ())]:
                 key = normalise_name(name)
                 if key and eid not in names[key]:
                     names[key].append(eid)
@@ -213,12 +305,14 @@ class IndexStore:
     # -- lookups ---------------------------------------------------------------------------
 
     def degree(self, entity_id: str) -> int:
-        ent = self.entities.get(entity_id) or {}
-        return int(ent.get("degree") or len(self.adjacency.get(entity_id, ())))
+        return int(self.entities.value(entity_id, "degree") or self.adjacency.count(entity_id))
 
     def other_end(self, rel_id: str, entity_id: str) -> str:
-        rel = self.relationships[rel_id]
-        return rel["target_id"] if rel["source_id"] == entity_id else rel["source_id"]
+        rels = self.relationships
+        source = rels.value(rel_id, "source_id")
+        if source is None and rel_id not in rels:
+            raise KeyError(rel_id)
+        return rels.value(rel_id, "target_id") if source == entity_id else source
 
     def match_names(self, question: str) -> list[str]:
         """Entity ids whose title or alias appears in the question as whole words.
@@ -251,8 +345,8 @@ class IndexStore:
         return [eid for _, eid in sorted(found, key=lambda f: f[0])]
 
     def _case_match(self, entity_id: str, question: str) -> bool:
-        ent = self.entities[entity_id]
-        for name in [ent["title"] or "", *ent["aliases"]]:
+        ents = self.entities
+        for name in [ents.value(entity_id, "title") or "", *ents.value(entity_id, "aliases")]:
             if name and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", question):
                 return True
         return False
@@ -299,6 +393,12 @@ class RestrictedStore(IndexStore):
         self.s3 = base.s3
         self._vectors = {}
         select_view(self, base, domains)
+        # select_view leaves each table as a dict of the rows the view shows; kept as Rows typed
+        # like the base's, so the view's lookups and column paths are the store's own.
+        for attr, name in _VIEW_TABLES:
+            rows = getattr(self, attr)
+            setattr(self, attr, Rows.from_rows(list(rows.values()), KEYS[name], getattr(base, attr).table.schema,
+                                               FILL.get(name)))
         self._build_lookups()
 
     def vectors(self, kind: str):
