@@ -125,7 +125,7 @@ def pick_entities(store, n: int, seed: int = 7) -> list[tuple[str, str | None]]:
     """(entity title, a related entity's title or None): half among the best connected, half at random."""
     rng = np.random.default_rng(seed)
     ids = sorted(store.entities)
-    by_degree = sorted(ids, key=lambda e: -(store.entities[e].get("degree") or 0))[: max(1, n // 2)]
+    by_degree = sorted(ids, key=lambda e: -(store.entities.value(e, "degree") or 0))[: max(1, n // 2)]
     chosen = by_degree + [ids[i] for i in rng.choice(len(ids), size=n - len(by_degree), replace=False)]
     out = []
     for eid in chosen:
@@ -134,8 +134,8 @@ def pick_entities(store, n: int, seed: int = 7) -> list[tuple[str, str | None]]:
         if rels:
             rel = store.relationships[rels[int(rng.integers(len(rels)))]]
             other_id = rel["target_id"] if rel["source_id"] == eid else rel["source_id"]
-            other = store.entities.get(other_id, {}).get("title")
-        out.append((store.entities[eid]["title"], other))
+            other = store.entities.value(other_id, "title")
+        out.append((store.entities.value(eid, "title"), other))
     return out
 
 
