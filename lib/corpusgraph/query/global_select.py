@@ -46,7 +46,7 @@ def children_with_reports(store: IndexStore) -> dict[str, list[str]]:
     """Parent community id -> its children that have a report, sorted."""
     out: dict[str, list[str]] = {}
     for cid in store.reports:
-        parent = (store.communities.get(cid) or {}).get("parent_id")
+        parent = store.communities.value(cid, "parent_id")
         if parent:
             out.setdefault(parent, []).append(cid)
     return {p: sorted(c) for p, c in out.items()}
@@ -72,11 +72,11 @@ def select_communities(
 
     def below(cid: str) -> list[str]:
         deepest = section.global_.dynamic_max_level
-        return [k for k in children.get(cid, ()) if store.reports[k]["level"] <= deepest]
+        return [k for k in children.get(cid, ()) if store.reports.value(k, "level") <= deepest]
 
     # Roots: reports whose community has no reported parent (normally the whole top level).
     frontier = sorted(
-        c for c in store.reports if (store.communities.get(c) or {}).get("parent_id") not in store.reports
+        c for c in store.reports if store.communities.value(c, "parent_id") not in store.reports
     )
     early = map_prompt is not None and section.global_.dynamic_early_map
     out = Selection(selected=[], facts={})
@@ -87,7 +87,7 @@ def select_communities(
         rates = [_rate_request(store, cid, question, section, rate_prompt) for cid in frontier]
         # Leaves of this round, strongest reports first (the order the map packs them in).
         leaves = sorted((c for c in frontier if not below(c)),
-                        key=lambda c: (-store.reports[c]["rating"], c)) if early else []
+                        key=lambda c: (-store.reports.value(c, "rating"), c)) if early else []
         chunks, maps, tokens = map_requests(store, leaves, section, map_prompt or "", question, f"map-r{rounds}")
         results = {r.id: r for r in chat.complete(rates + maps)}  # one batch: rated and mapped concurrently
         out.early_chunks += chunks
@@ -110,9 +110,9 @@ def select_communities(
             next_frontier += below(cid)
         frontier = sorted(set(next_frontier))
     # A relevant child replaces its parent; a parent none of whose children was relevant stays.
-    replaced = {(store.communities.get(c) or {}).get("parent_id") for c in scores}
+    replaced = {store.communities.value(c, "parent_id") for c in scores}
     selected = [c for c in scores if c not in replaced]
-    selected.sort(key=lambda c: (-scores[c], -store.reports[c]["rating"], c))
+    selected.sort(key=lambda c: (-scores[c], -store.reports.value(c, "rating"), c))
     out.selected = selected
     out.facts = {"rated": rated, "rating_failed": failed, "rounds": rounds, "selected": len(selected),
                  "pruned": pruned, "descended": descended, "mapped_early": len(out.early_ids),
