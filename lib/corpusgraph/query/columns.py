@@ -1,7 +1,7 @@
 """The query tables kept as Arrow columns: a row dict is built only when one is read.
 
 At a million documents the store's tables held as Python dicts of row dicts took ~30 GB (each
-value a Python object, each row a dict); as Arrow columns the same tables take ~6 GB
+value a Python object, each row a dict), against 0.2-1.9 GB per table as Arrow
 (tests/benchmarks/results/scale.json, entity_dense[0].local_context). `Rows` keeps one table
 that way and still reads as the mapping of id -> row dict the query code was written against
 (`store.entities[eid]["title"]`, `eid in store.entities`, `len(store.units)`), so readers that
