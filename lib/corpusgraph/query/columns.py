@@ -121,19 +121,18 @@ class Rows(Mapping):
 
     def _row(self, i: int) -> dict:
         row = {name: column[i].as_py() for name, column in self._columns.items()}
-        for name, default in self._fill.items():
+        for name in self._fill:
             if row.get(name) is None:
-                row[name] = list(default) if isinstance(default, list) else default
+                row[name] = self._filled(name)
         return row
 
     def iter_rows(self) -> Iterator[dict]:
         """Every row in table order, converted a batch at a time."""
-        fill = self._fill
         for batch in self.table.to_batches(_BATCH_ROWS):
             for row in batch.to_pylist():
-                for name, default in fill.items():
+                for name in self._fill:
                     if row.get(name) is None:
-                        row[name] = list(default) if isinstance(default, list) else default
+                        row[name] = self._filled(name)
                 yield row
 
     # -- the column paths --------------------------------------------------------------------
@@ -151,17 +150,11 @@ class Rows(Mapping):
         if i is None:
             return default
         v = self._columns[name][i].as_py()
-        if v is None and name in self._fill:
-            fill = self._fill[name]
-            return list(fill) if isinstance(fill, list) else fill
-        return v
+        return self._filled(name) if v is None else v
 
-    def value_at(self, i: int, name: str):
-        v = self._columns[name][int(i)].as_py()
-        if v is None and name in self._fill:
-            fill = self._fill[name]
-            return list(fill) if isinstance(fill, list) else fill
-        return v
+    def _filled(self, name: str):
+        fill = self._fill.get(name)
+        return list(fill) if isinstance(fill, list) else fill
 
     def numpy(self, name: str, fill: float | int = 0, dtype=np.float64) -> np.ndarray:
         """A numeric column as one numpy array, nulls as the table's fill (else `fill`); kept."""
