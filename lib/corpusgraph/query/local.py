@@ -106,15 +106,13 @@ def _top(keys: list[np.ndarray], limit: int) -> np.ndarray:
 def expand_neighbours(store: IndexStore, seeds: list[str], limit: int) -> list[str]:
     """One-hop neighbours of the seeds, by summed edge weight to the seeds, then by degree."""
     ents = store.entities
-    src, dst = store.rel_ends
     weights = store.relationships.numpy("weight", 1.0)
-    seed_pos = np.asarray([p for p in (ents.position(s) for s in seeds) if p is not None], dtype=np.int64)
+    seed_pos = store.positions(seeds)
     others, shares = [], []
     for seed in seeds:
-        rels = store.adjacency.positions(seed)
+        rels, other = store.edges(seed)
         if not len(rels):
             continue
-        other = np.where(src[rels] == ents.position(seed), dst[rels], src[rels])
         keep = (other >= 0) & ~np.isin(other, seed_pos)
         others.append(other[keep]), shares.append(weights[rels][keep])
     if not others:
@@ -131,15 +129,13 @@ def expand_neighbours(store: IndexStore, seeds: list[str], limit: int) -> list[s
 
 def _rank_relationships(store: IndexStore, seeds: list[str], selected: list[str]) -> list[str]:
     """Edges with both ends selected: seed-seed, then seed-neighbour, then the rest; by weight."""
-    ents, rels = store.entities, store.relationships
+    rels = store.relationships
     src, dst = store.rel_ends
-    seed_pos = np.asarray([p for p in (ents.position(s) for s in seeds) if p is not None], dtype=np.int64)
-    chosen = np.asarray([p for p in (ents.position(s) for s in selected) if p is not None], dtype=np.int64)
+    seed_pos, chosen = store.positions(seeds), store.positions(selected)
     found = []
     for eid in selected:
-        edges = store.adjacency.positions(eid)
+        edges, other = store.edges(eid)
         if len(edges):
-            other = np.where(src[edges] == ents.position(eid), dst[edges], src[edges])
             found.append(edges[np.isin(other, chosen)])
     if not found:
         return []

@@ -99,8 +99,9 @@ class _Ranks(Mapping):
         return len(self._ids)
 
 
-def _sorted_ids(rows) -> tuple[list[str], np.ndarray, _Ranks]:
-    """A table's ids sorted, the rank of each row position, and the id -> rank mapping."""
+def _sorted_ids(rows) -> tuple[list[str], np.ndarray, np.ndarray, _Ranks]:
+    """A table's ids sorted, the row position of each rank, the rank of each row position, and
+    the id -> rank mapping."""
     import pyarrow.compute as pc
 
     order = np.asarray(pc.sort_indices(rows.column(rows.key)).to_numpy(), dtype=np.int64) if len(rows) \
@@ -108,7 +109,7 @@ def _sorted_ids(rows) -> tuple[list[str], np.ndarray, _Ranks]:
     ids = [rows.ids[i] for i in order.tolist()]
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order), dtype=np.int64)
-    return ids, rank, _Ranks(rows, rank, ids)
+    return ids, order, rank, _Ranks(rows, rank, ids)
 
 
 class GraphRetriever:
@@ -120,8 +121,9 @@ class GraphRetriever:
     def __init__(self, store: IndexStore):
         self.store = store
         units, ents, docs = store.units, store.entities, store.docs
-        self.unit_ids, unit_rank, self.unit_index = _sorted_ids(units)
-        self.entity_ids, ent_rank, self.entity_index = _sorted_ids(ents)
+        self.unit_ids, by_rank, unit_rank, self.unit_index = _sorted_ids(units)
+        self.entity_ids, _, ent_rank, self.entity_index = _sorted_ids(ents)
+        doc_by_rank = docs.positions_of(units.column("doc_id"))[by_rank]  # each unit's document, by rank
         n_ent, n_unit = len(self.entity_ids), len(self.unit_ids)
         self.n = n_ent + n_unit
         # Entity-entity edges, in the relationships' order (no loops, both ends entities).
@@ -137,7 +139,7 @@ class GraphRetriever:
         self.passages_of = np.bincount(own_e, minlength=n_ent).astype(np.float64)
         # A document's title names what its text is about, even where the text says "it": a unit
         # is also linked to the entity whose name is its document's title, when one was extracted.
-        title_e, title_u = self._title_links(store, unit_rank, ent_rank, linked, n_unit)
+        title_e, title_u = self._title_links(store, doc_by_rank, ent_rank, linked, n_unit)
         np.add.at(self.passages_of, title_e, 1.0)
         self.graph = WalkGraph(
             self.n,
@@ -147,20 +149,18 @@ class GraphRetriever:
         )
         # Above this many passages an entity is a hub for the entity bridge (unless configured).
         self.hub_passages = math.sqrt(max(n_unit, 1))
-        self.bm25 = Bm25(self._unit_texts(store, unit_rank), n_unit)
+        self.bm25 = Bm25(self._unit_texts(store, by_rank, doc_by_rank), n_unit)
         # The bridge steps (query/hops.py): documents by title, and each document's units.
         self.titles = TitleIndex(docs)
-        unit_docs = docs.positions_of(units.column("doc_id"))
-        by_rank = np.empty(n_unit, dtype=np.int64)
-        by_rank[unit_rank] = np.arange(n_unit, dtype=np.int64)  # unit position of each rank
-        self.units_of_doc = CsrMap(docs, unit_docs[by_rank], by_rank, units)
+        self.units_of_doc = CsrMap(docs, doc_by_rank, by_rank, units)
 
     @staticmethod
-    def _title_links(store: IndexStore, unit_rank: np.ndarray, ent_rank: np.ndarray, linked: np.ndarray,
+    def _title_links(store: IndexStore, doc_by_rank: np.ndarray, ent_rank: np.ndarray, linked: np.ndarray,
                      n_unit: int) -> tuple[np.ndarray, np.ndarray]:
         """(entity rank, unit rank) of each title link not already an own-unit link, by unit rank
-        then the entity's order among the title's names."""
-        docs, units = store.docs, store.units
+        then the entity's order among the title's names; `doc_by_rank`: each unit's document
+        position, in unit rank order (-1: none)."""
+        docs = store.docs
         doc_owner: list[int] = []
         doc_entity: list[int] = []
         for d, title in enumerate(docs.column("title").to_pylist()):
@@ -171,30 +171,25 @@ class GraphRetriever:
         if not doc_owner:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         per_doc = CsrMap(docs, np.asarray(doc_owner), np.asarray(doc_entity), store.entities)
-        unit_docs = docs.positions_of(units.column("doc_id"))
-        order = np.argsort(unit_rank, kind="stable")  # unit positions by rank
-        d = unit_docs[order]
-        has = d >= 0
-        counts = np.zeros(len(d), dtype=np.int64)
-        counts[has] = per_doc.indptr[d[has] + 1] - per_doc.indptr[d[has]]
-        u = np.repeat(unit_rank[order], counts)
-        starts = np.repeat(np.where(has, per_doc.indptr[np.maximum(d, 0)], 0), counts)
+        has = doc_by_rank >= 0
+        d = np.maximum(doc_by_rank, 0)
+        counts = np.where(has, per_doc.indptr[d + 1] - per_doc.indptr[d], 0)
+        u = np.repeat(np.arange(len(d), dtype=np.int64), counts)
+        starts = np.repeat(per_doc.indptr[d], counts)
         offsets = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         e = per_doc.members[starts + offsets]
         fresh = ~np.isin(e * max(n_unit, 1) + u, linked)
         return e[fresh], u[fresh]
 
     @staticmethod
-    def _unit_texts(store: IndexStore, unit_rank: np.ndarray):
-        """Each unit's document title and text, in rank order, a batch at a time."""
-        units, docs = store.units, store.docs
-        order = np.argsort(unit_rank, kind="stable")
-        titles = docs.column("title")
-        unit_docs = docs.positions_of(units.column("doc_id"))
-        text = units.column("text")
-        for start in range(0, len(order), 50_000):
-            part = order[start: start + 50_000]
-            d = unit_docs[part]
+    def _unit_texts(store: IndexStore, by_rank: np.ndarray, doc_by_rank: np.ndarray):
+        """Each unit's document title and text, in rank order (`by_rank`: the unit positions,
+        `doc_by_rank`: their documents' positions), a batch at a time."""
+        titles = store.docs.column("title")
+        text = store.units.column("text")
+        for start in range(0, len(by_rank), 50_000):
+            part = by_rank[start: start + 50_000]
+            d = doc_by_rank[start: start + 50_000]
             doc_titles = titles.take(np.maximum(d, 0)).to_pylist() if len(titles) else [None] * len(part)
             for t, title, has in zip(text.take(part).to_pylist(), doc_titles, (d >= 0).tolist()):
                 yield f"{(title if has else None) or ''}\n{t or ''}"

@@ -305,7 +305,20 @@ class IndexStore:
     # -- lookups ---------------------------------------------------------------------------
 
     def degree(self, entity_id: str) -> int:
-        return int(self.entities.value(entity_id, "degree") or self.adjacency.count(entity_id))
+        i = self.entities.position(entity_id)
+        return 0 if i is None else int(self.degrees[i])
+
+    def positions(self, entity_ids: Iterable[str]) -> np.ndarray:
+        """Entity positions of those ids that are entities of the store, in order."""
+        found = (self.entities.position(e) for e in entity_ids)
+        return np.asarray([i for i in found if i is not None], dtype=np.int64)
+
+    def edges(self, entity_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """An entity's relationships (positions) and the entity at the other end of each
+        (positions, -1 where that end is not an entity of the store)."""
+        rels = self.adjacency.positions(entity_id)
+        src, dst = self.rel_ends
+        return rels, np.where(src[rels] == self.entities.position(entity_id), dst[rels], src[rels])
 
     def other_end(self, rel_id: str, entity_id: str) -> str:
         rels = self.relationships
