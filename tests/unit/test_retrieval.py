@@ -147,6 +147,68 @@ def test_neighbourhood_grows_whole_hops_within_the_cap():
     assert sorted(r.graph.neighbourhood(seeds, hops=5, cap=4).tolist()) == [9, 10, 11]
 
 
+def _random_walk_graph(n: int, edges: int, hub_edges: int, seed: int = 5):
+    """A random graph of n nodes with one hub (node 0) joined to hub_edges others."""
+    from corpusgraph.graph.walk import WalkGraph
+
+    rng = np.random.default_rng(seed)
+    src = np.concatenate([rng.integers(0, n, edges), np.zeros(hub_edges, dtype=np.int64)])
+    dst = np.concatenate([rng.integers(0, n, edges), rng.integers(1, n, hub_edges)])
+    return WalkGraph(n, src, dst, rng.random(src.size) + 0.1)
+
+
+def test_neighbourhood_is_the_same_through_sorting_and_through_marking(monkeypatch):
+    """Hop lists small against the graph are sorted, a hub's are marked in a graph-sized array:
+    the two give the same nodes in the same order (seeds, then each hop's new nodes by id)."""
+    from corpusgraph.graph import walk
+
+    g = _random_walk_graph(4000, 6000, 900)
+    seeds = np.array([3, 17, 250])
+    monkeypatch.setattr(walk, "_SORT_BELOW", 0)
+    sorted_way = [g.neighbourhood(seeds, hops=h, cap=10**6) for h in (1, 2, 3)]
+    monkeypatch.setattr(walk, "_SORT_BELOW", 10**9)
+    marked = [g.neighbourhood(seeds, hops=h, cap=10**6) for h in (1, 2, 3)]
+    for a, b in zip(sorted_way, marked):
+        assert a.tolist() == b.tolist()
+    assert len(set(sorted_way[2].tolist())) == sorted_way[2].size > sorted_way[1].size > seeds.size
+    monkeypatch.undo()
+    with_hub = g.neighbourhood(np.array([0]), hops=1, cap=10**6)  # 900 hub edges: the marking path
+    assert with_hub[0] == 0 and np.all(np.diff(with_hub[1:]) > 0)
+    assert set(with_hub[1:].tolist()) == set(g.neighbours(0).tolist()) - {0}
+
+
+@pytest.mark.parametrize("sort_below", [0, 10**9])  # ids searched in sorted lists / looked up in arrays
+def test_sparse_walk_gives_the_dense_walks_scores(monkeypatch, sort_below):
+    """walk() returns (nodes, scores) for the nodes it may reach above max_nodes; its scores
+    are those of the dense neighbourhood walk at those nodes and zero elsewhere, and below
+    max_nodes those of the whole-graph PPR."""
+    from corpusgraph.graph import walk
+
+    monkeypatch.setattr(walk, "_SORT_BELOW", sort_below)
+    g = _random_walk_graph(3000, 5000, 400)
+    seeds, weights = np.array([900, 5, 42]), np.array([0.2, 0.5, 0.3])
+    nodes, scores = g.walk(seeds, weights, 0.5, 30, 500, 2)
+    # The reference: PPR on the edges with both ends in the neighbourhood, picked edge by edge,
+    # each node's transitions normalised by its whole out-weight.
+    expected_nodes = g.neighbourhood(np.array([5, 42, 900]), 2, 500)
+    assert nodes.tolist() == expected_nodes.tolist() and nodes.size <= 500
+    at = {int(v): i for i, v in enumerate(expected_nodes)}
+    edges = [(at[a], at[b], w) for a, b, w in zip(g.src.tolist(), g.dst.tolist(), g.weight.tolist())
+             if a in at and b in at]
+    src, dst, wt = (np.array(x) for x in zip(*edges))
+    reset = np.zeros(nodes.size)
+    reset[[at[5], at[42], at[900]]] = [0.5, 0.3, 0.2]
+    expected = personalized_pagerank(src, dst, wt, nodes.size, reset, 0.5, 30, out_weight=g.out_w[expected_nodes])
+    np.testing.assert_allclose(scores, expected, rtol=1e-9, atol=1e-15)
+    assert scores.sum() > 0
+    dense = np.zeros(g.n)
+    dense[seeds] = weights
+    np.testing.assert_array_equal(g.neighbourhood_pagerank(dense, 0.5, 30, 2, 500)[nodes], scores)
+    reset = dense
+    all_nodes, whole = g.walk(seeds, weights, 0.5, 30, g.n, 2)
+    np.testing.assert_array_equal(whole[np.argsort(all_nodes)], g.pagerank(reset, 0.5, 30, g.n, 2))
+
+
 def test_neighbourhood_walk_equals_the_full_walk_when_it_covers_the_graph(store):
     """Reaching every node, the bounded walk is the full PPR; bounded tighter, it keeps the top
     of the ranking (what the context needs) while zeroing far nodes."""

@@ -107,14 +107,14 @@ def entity_bridge(r: GraphRetriever, ranked: list[tuple[str, float]], question_v
     extra: list[tuple[str, float]] = []
     for unit_id, score in head:
         node = n_ent + r.unit_index[unit_id]
-        own_doc = r.store.units[unit_id]["doc_id"]
+        own_doc = r.store.units.value(unit_id, "doc_id")
         found: set[int] = set()
         for e in r.graph.neighbours(node):
             if e < n_ent and e not in named and r.passages_of[e] <= hub:
                 linked = r.graph.neighbours(e)
                 found.update((linked[linked >= n_ent] - n_ent).tolist())
         cands = [u for u in (r.unit_ids[i] for i in sorted(found))
-                 if u not in taken and r.store.units[u]["doc_id"] != own_doc]
+                 if u not in taken and r.store.units.value(u, "doc_id") != own_doc]
         best = _next_hop(r, unit_id, cands, q, w.entity_bridge_min_score, w.bridge_novelty)
         if best is not None:
             taken.add(best)

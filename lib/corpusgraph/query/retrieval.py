@@ -257,7 +257,6 @@ class GraphRetriever:
         n_ent = len(self.entity_ids)
         passages = self.passage_scores(question, w)
         seeds = self.entity_seeds(question, w)
-        reset = np.zeros(self.n)
         if seeds and passages and w.seed_support:
             score = np.zeros(len(self.unit_ids))
             score[list(passages)] = list(passages.values())
@@ -267,27 +266,33 @@ class GraphRetriever:
         else:
             ent_share = (1 - w.passage_weight) if passages else 1.0
             trust = 1.0 if seeds else 0.0
+        # The restart weights by node: entities first (0..n_ent-1), then passages.
+        restart: dict[int, float] = {}
         if seeds:
             ent_total = sum(seeds.values())
             for i, s in seeds.items():
-                reset[i] = ent_share * s / ent_total
+                restart[i] = ent_share * s / ent_total
         if passages:
             share = 1.0 - ent_share if seeds else 1.0
             p_total = sum(passages.values()) or 1.0
             for i, s in passages.items():
-                reset[n_ent + i] += share * s / p_total
-        if reset.sum() <= 0:
+                restart[n_ent + i] = restart.get(n_ent + i, 0.0) + share * s / p_total
+        if sum(restart.values()) <= 0:
             return []
-        scores = self.graph.pagerank(reset, w.damping, w.iterations, w.max_walk_nodes, w.walk_hops)
-        unit_scores = scores[n_ent:]
-        order = np.argsort(-unit_scores, kind="stable")[:limit]
-        ranked = [(self.unit_ids[i], float(unit_scores[i])) for i in order if unit_scores[i] > 0]
+        nodes, scores = self.graph.walk(np.fromiter(restart, dtype=np.int64, count=len(restart)),
+                                        np.fromiter(restart.values(), dtype=np.float64, count=len(restart)),
+                                        w.damping, w.iterations, w.max_walk_nodes, w.walk_hops)
+        reached = (nodes >= n_ent) & (scores > 0)
+        units, unit_scores = nodes[reached] - n_ent, scores[reached]
+        order = np.lexsort((units, -unit_scores))[:limit]  # best first, ties by passage index
+        ranked = [(self.unit_ids[i], float(v)) for i, v in zip(units[order].tolist(), unit_scores[order].tolist())]
         if w.keep_dense > 0 and passages:
             # The dense guarantee against the walk; a walk on poorly supported seeds (trust near
             # 0) needs the whole margin to move a protected passage, a well supported one less.
             best = sorted(passages, key=lambda i: (-passages[i], i))[: w.keep_dense]
             dense = [self.unit_ids[i] for i in best]
-            evidence = {u: float(unit_scores[self.unit_index[u]]) for u in dense}
+            walked = dict(zip(units.tolist(), unit_scores.tolist()))
+            evidence = {u: walked.get(self.unit_index[u], 0.0) for u in dense}
             ranked = keep_dense(ranked, dense, evidence, w.keep_dense, w.keep_dense_margin * (1.0 - trust))
         named_units = self.named_passages(question, w)
         if named_units:
