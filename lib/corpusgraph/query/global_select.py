@@ -26,7 +26,7 @@ from corpusgraph.query.answer import fill_prompt, fit_budget
 from corpusgraph.query.global_map import Chunk, map_requests, parse_rating, rate_schema, report_text
 from corpusgraph.query.store import IndexStore
 
-__all__ = ["Selection", "children_with_reports", "select_communities"]
+__all__ = ["Selection", "children_with_reports", "report_tree", "select_communities"]
 
 
 @dataclass
@@ -52,6 +52,17 @@ def children_with_reports(store: IndexStore) -> dict[str, list[str]]:
     return {p: sorted(c) for p, c in out.items()}
 
 
+def report_tree(store: IndexStore) -> tuple[dict[str, list[str]], list[str]]:
+    """(children_with_reports, the roots: reports whose community has no reported parent,
+    normally the whole top level, sorted), built on a store's first global question and kept
+    with it (a restricted view has its own): at 156k reports they took ~0.7 s of CPU a question."""
+    tree = store.__dict__.get("_report_tree")
+    if tree is None:
+        roots = sorted(c for c in store.reports if store.communities.value(c, "parent_id") not in store.reports)
+        tree = store.__dict__["_report_tree"] = (children_with_reports(store), roots)
+    return tree
+
+
 def _rate_request(store: IndexStore, cid: str, question: str, section: QuerySection, rate_prompt: str) -> ChatRequest:
     report = fit_budget(report_text(store, cid), section.max_context_tokens)
     return ChatRequest(id=f"rate-{cid}", messages=({"role": "user", "content": fill_prompt(
@@ -68,16 +79,13 @@ def select_communities(
 ) -> Selection:
     """Dynamic community selection (module doc); one batch per round. Without `map_prompt` (or
     with dynamic_early_map off) nothing is mapped here."""
-    children = children_with_reports(store)
+    children, roots = report_tree(store)
 
     def below(cid: str) -> list[str]:
         deepest = section.global_.dynamic_max_level
         return [k for k in children.get(cid, ()) if store.reports.value(k, "level") <= deepest]
 
-    # Roots: reports whose community has no reported parent (normally the whole top level).
-    frontier = sorted(
-        c for c in store.reports if store.communities.value(c, "parent_id") not in store.reports
-    )
+    frontier = list(roots)
     early = map_prompt is not None and section.global_.dynamic_early_map
     out = Selection(selected=[], facts={})
     scores: dict[str, int] = {}
