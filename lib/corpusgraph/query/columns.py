@@ -2,7 +2,7 @@
 
 At a million documents the store's tables held as Python dicts of row dicts took ~30 GB (each
 value a Python object, each row a dict), against 0.2-1.9 GB per table as Arrow
-(tests/benchmarks/results/scale.json, entity_dense[0].local_context). `Rows` keeps one table
+(tests/benchmarks/results/scale.json, the 1M entity_dense entry's local_context). `Rows` keeps one table
 that way and still reads as the mapping of id -> row dict the query code was written against
 (`store.entities[eid]["title"]`, `eid in store.entities`, `len(store.units)`), so readers that
 look at a few rows need no change; readers that touch many rows use the column paths
