@@ -23,12 +23,13 @@ __all__ = ["personalized_pagerank", "WalkGraph"]
 _SORT_BELOW = 512
 
 
-def _members(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """Which of `values` are in `sorted_set` (sorted, distinct), by binary search."""
+def _find(sorted_set: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each of `values` is in `sorted_set` (sorted, distinct), whether it is there), by
+    binary search; a place is meaningful only where found."""
     if sorted_set.size == 0:
-        return np.zeros(values.size, dtype=bool)
+        return np.zeros(values.size, dtype=np.int64), np.zeros(values.size, dtype=bool)
     at = np.minimum(np.searchsorted(sorted_set, values), sorted_set.size - 1)
-    return sorted_set[at] == values
+    return at, sorted_set[at] == values
 
 
 def personalized_pagerank(
@@ -99,7 +100,7 @@ class WalkGraph:
         """The distinct ids of `found` not in `seen` (sorted, distinct), sorted (see _SORT_BELOW)."""
         if found.size * _SORT_BELOW < self.n:
             fresh = np.unique(found)
-            return fresh[~_members(fresh, seen)]
+            return fresh[~_find(seen, fresh)[1]]
         mark = np.zeros(self.n, dtype=bool)
         mark[found] = True
         mark[seen] = False
@@ -147,9 +148,8 @@ class WalkGraph:
         targets = self.csr_dst[positions]
         if nodes.size * _SORT_BELOW < self.n:
             rank = np.argsort(nodes)
-            by_id = nodes[rank]
-            at = np.minimum(np.searchsorted(by_id, targets), by_id.size - 1)
-            dst = np.where(by_id[at] == targets, rank[at], -1)
+            at, found = _find(nodes[rank], targets)
+            dst = np.where(found, rank[at], -1)
         else:
             local = np.full(self.n, -1, dtype=np.int64)
             local[nodes] = np.arange(nodes.size)

@@ -74,23 +74,6 @@ def mappable_document_share(store: IndexStore) -> float:
     return _share(len(_documents(store, units)), len(store.docs))
 
 
-def _level_counts(reports, mapped: Sequence[str]) -> tuple[dict[int, int], dict[int, int]]:
-    """(mapped reports per level, all reports per level). A columnar table is counted from its
-    level column: a global answer at a million entities otherwise built every report's row."""
-    from collections import Counter
-
-    if hasattr(reports, "numpy") and hasattr(reports, "positions_of"):
-        import numpy as np
-
-        level = reports.numpy("level", dtype=np.int64)
-        at = reports.positions_of(list(mapped))
-        mine = np.unique(level[at[at >= 0]], return_counts=True)
-        every = np.unique(level, return_counts=True)
-        return ({int(k): int(v) for k, v in zip(*mine)}, {int(k): int(v) for k, v in zip(*every)})
-    return (Counter(reports[c]["level"] for c in mapped if c in reports),
-            Counter(r["level"] for r in reports.values()))
-
-
 def global_coverage(
     store: IndexStore,
     mapped: Sequence[str],
@@ -101,10 +84,14 @@ def global_coverage(
     selection: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """Coverage of a global answer that mapped the reports of `mapped` (community ids)."""
-    reports = getattr(store, "mapped_reports", store.reports)
+    from collections import Counter
+
+    reports = store.reports
     mapped = list(dict.fromkeys(mapped))
-    mapped_by_level, reports_by_level = _level_counts(reports, mapped)
-    by_level = [{"level": lvl, "mapped": n, "reports": reports_by_level.get(lvl, 0)}
+    # Levels read by column, totals from the store's per-level lists: a global answer at a
+    # million entities otherwise built every report's row.
+    mapped_by_level = Counter(reports.value(c, "level") for c in mapped if c in reports)
+    by_level = [{"level": lvl, "mapped": n, "reports": len(store.reports_by_level.get(lvl, ()))}
                 for lvl, n in sorted(mapped_by_level.items())]
     units: set[str] = set()
     for cid in mapped:
