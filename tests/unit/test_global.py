@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from corpusgraph.llm.base import ChatResult
@@ -177,3 +178,58 @@ def test_parse_points_drops_report_numbers_no_report_could_have():
     assert point.community_ids == ["c1", "c2"]  # nothing usable: credited to the whole chunk
     (point,) = parse_points(_points(5, '["Report 0002"]'), chunk)
     assert point.community_ids == ["c2"]  # leading zeros are not digits of the number
+
+
+# -- the rating budget (query.global.dynamic_max_rated) --------------------------------------------
+
+
+def test_over_the_rating_budget_the_reports_nearest_the_question_are_rated_first(store):
+    # By importance c0a (8.0) would go first; the question's words are c0b's summary's.
+    chat = RatingChat({"c0b": 4, "c1c": 5})
+    eng = engine(store, chat, global_={"dynamic_max_rated": 1})
+    question = "Which company mines copper in the valley?"
+    answer = eng.ask(question, method="global")
+    assert chat.rated() == [["c0b"]]  # one rating: half the budget would be 0.5, rounded up to 1
+    assert eng.embedder.calls == [[question]]  # embedded once, for the order
+    # c0b was relevant, but its child c1c could not be rated: c0b itself is mapped.
+    assert chat.reduced_titles() == ["Copper miners of Grey Hollow"]
+    d = answer.details
+    assert (d["rated"], d["unrated"], d["max_rated"], d["rating_order"]) == (1, 2, 1, "report_vectors")
+    sel = answer.coverage["selection"]
+    assert (sel["unrated"], sel["max_rated"], sel["rating_order"]) == (2, 1, "report_vectors")
+    from corpusgraph.query.coverage import describe
+
+    assert any("rating budget of 1 reached: 2 reports left unrated" in line for line in describe(answer.coverage))
+
+
+def test_a_budget_left_for_the_last_level_rates_its_nearest_reports(store):
+    chat = RatingChat({"c0a": 4, "c0b": 0, "c1a": 5, "c1b": 5})
+    answer = engine(store, chat, global_={"dynamic_max_rated": 3}).ask("Where was the Saltmarsh Treaty signed?",
+                                                                      method="global")
+    # Both roots fit the budget; of c0a's two children one rating is left, for the treaty town.
+    assert chat.rated() == [["c0a", "c0b"], ["c1b"]]
+    assert chat.reduced_titles() == ["Treaty town"] and answer.details["unrated"] == 1
+
+
+def test_within_the_budget_nothing_is_embedded_or_left_unrated(store):
+    chat = RatingChat({"c0a": 4, "c0b": 0, "c1a": 3, "c1b": 0})
+    eng = engine(store, chat)  # the default budget (500) is far above this world's 5 reports
+    answer = eng.ask("What holds the lantern trade together?", method="global")
+    assert eng.embedder.calls == [] and answer.details["unrated"] == 0 and answer.details["rating_order"] is None
+    unlimited = RatingChat({"c0a": 4, "c0b": 0, "c1a": 3, "c1b": 0})
+    engine(store, unlimited, global_={"dynamic_max_rated": 0}).ask("What holds the lantern trade together?",
+                                                                  method="global")
+    assert unlimited.rated() == chat.rated() == [["c0a", "c0b"], ["c1a", "c1b"]]
+
+
+def test_rating_order_without_vectors_is_by_importance(store):
+    from corpusgraph.query.global_select import _allowance, nearest_first
+    from tests.unit.query_fixtures import fake_embed
+
+    ids = ["c1c", "c0b", "c1a", "c0a", "c1b"]
+    assert nearest_first(store, ids, None) == (["c1a", "c0a", "c0b", "c1b", "c1c"], "report_rating")
+    ranked, how = nearest_first(store, ids, fake_embed(["Ilsa Brand directs the Iron Coast Company"])[0])
+    assert how == "report_vectors" and ranked[0] == "c1c" and sorted(ranked) == sorted(ids)
+    assert nearest_first(store, ids, np.ones(3, dtype=np.float32))[1] == "report_rating"  # another model's vector
+    assert _allowance(None, ["a"] * 30, True) == 30 and _allowance(10, ["a"] * 8, True) == 8
+    assert _allowance(10, ["a"] * 30, True) == 5 and _allowance(10, ["a"] * 30, False) == 10

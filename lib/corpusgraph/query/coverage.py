@@ -9,7 +9,8 @@ communities the view hides (nothing about what they hold).
   of the index; the share of text units and of documents under the mapped communities; map
   answers that failed or did not parse; points returned, scored 0, from pruned reports, kept in
   the reduce and dropped for its budget; for dynamic selection the branches rated, pruned and
-  descended, and the threshold.
+  descended, the threshold, and the reports the rating budget left unrated (and in what order it
+  rated: nearest the question by report vectors, or by the reports' own rating).
 - local and drift: the seed entities and how each was found ("name": named in the question,
   "vector": nearest entity vector), the hops followed from them, the units and documents in the
   context and the share of the context budget used.
@@ -166,6 +167,11 @@ def describe(coverage: dict[str, Any]) -> list[str]:
                 f"{sel.get('descended', 0)} descended, threshold {sel.get('threshold')}"
                 + (f" (fell back to a level: {sel['fallback']})" if sel.get("fallback") else "")
             )
+            if sel.get("unrated"):
+                lines.append(
+                    f"  rating budget of {sel.get('max_rated')} reached: {sel['unrated']} reports left unrated and "
+                    f"unread (rated nearest the question first, by {sel.get('rating_order') or 'report rating'})"
+                )
     elif method in ("local", "drift"):
         seeds = ", ".join(f"{s['title']} ({s['found_by']})" for s in coverage.get("seeds") or []) or "none"
         lines.append(

@@ -158,7 +158,7 @@ class QueryEngine:
         if method == "global":
             answer = global_search(
                 store, meter, question, section, self.prompt_map, self.prompt_reduce, level,
-                rate_prompt=self.prompt_rate,
+                rate_prompt=self.prompt_rate, question_vector=lambda: self.embedder.embed([question])[0],
             )
         else:
             # Titles matter to local ranking alone (DRIFT parses its follow-ups, the local part).

@@ -24,6 +24,9 @@ counted in `Answer.details["map_failed"]` and in the answer's coverage.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable
+
+import numpy as np
 
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel
@@ -105,9 +108,11 @@ def global_search(
     reduce_prompt: str,
     level: int | None = None,
     rate_prompt: str | None = None,
+    question_vector: Callable[[], np.ndarray | None] | None = None,
 ) -> Answer:
     """Answer from community reports. `level` given (or no `rate_prompt`, or global_dynamic off):
-    every report of that level; otherwise dynamic selection from the roots down."""
+    every report of that level; otherwise dynamic selection from the roots down (question_vector:
+    the question's embedding, asked for only when the rating budget cannot rate a whole round)."""
     if not store.report_levels():
         return Answer(
             question=question,
@@ -122,7 +127,7 @@ def global_search(
     read, map_calls, tokens = MapRead(points=[]), 0, 0
     early = None
     if level is None and rate_prompt is not None and section.global_.dynamic:
-        early = select_communities(store, chat, question, section, rate_prompt, map_prompt)
+        early = select_communities(store, chat, question, section, rate_prompt, map_prompt, question_vector)
         community_ids = early.selected
         levels = sorted({store.reports[c]["level"] for c in community_ids})
         details = {"selection": "dynamic", "level": levels, **early.facts}
@@ -199,10 +204,12 @@ def _reduce(store: IndexStore, chat: ChatModel, question: str, read: MapRead, de
 def _coverage(store: IndexStore, community_ids: list[str], details: dict, section: QuerySection) -> dict:
     selection = None
     if details.get("selection", "level") != "level":
-        keys = ("rated", "rating_failed", "pruned", "descended", "rounds", "mapped_early", "early_pruned")
+        keys = ("rated", "rating_failed", "pruned", "descended", "rounds", "mapped_early", "early_pruned",
+                "unrated", "max_rated")
         dynamic = section.global_
         selection = {"threshold": dynamic.dynamic_threshold, "max_level": dynamic.dynamic_max_level,
-                     **{k: details.get(k, 0) for k in keys}, "fallback": details["selection"] == "dynamic_fallback"}
+                     **{k: details.get(k, 0) for k in keys}, "rating_order": details.get("rating_order"),
+                     "fallback": details["selection"] == "dynamic_fallback"}
     points = {k: details.get(f"points_{k}", 0) for k in ("returned", "zero_score", "unselected", "dropped")}
     points["kept"] = details.get("points_in_reduce", 0)
     return {"method": "global", **global_coverage(store, community_ids, map_calls=details.get("map_calls", 0),

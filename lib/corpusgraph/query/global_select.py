@@ -14,19 +14,31 @@ the relevant reports it names, and dropped when it names none). Selecting over o
 costs the map's round and no more (rate+map, reduce), and every deeper level one round; the
 price is the map tokens of leaves rated irrelevant (counted in `early_pruned`). Which reports'
 points reach the reduce is what rating then mapping would give; only their chunking differs.
+
+Ratings are bounded per question (`dynamic_max_rated`). On a large index the roots alone can be
+thousands (2,271 root reports on a 1.43M-entity index, ~7,900 ratings a question with the
+descent), and a question then costs minutes of calls and holds a service's CPU. A round with more
+reports than the budget leaves rates those nearest the question first (cosine of the question's
+vector with each report's stored vector; the reports' own importance rating where there are no
+vectors) and leaves the rest unrated: they are neither descended into nor mapped. A round that
+could still descend takes at most half of what is left, so the relevant branches it finds can
+be rated below. The facts count the reports left unrated, and coverage says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
 
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult
 from corpusgraph.query.answer import fill_prompt, fit_budget
 from corpusgraph.query.global_map import Chunk, map_requests, parse_rating, rate_schema, report_text
-from corpusgraph.query.store import IndexStore
+from corpusgraph.query.store import IndexMissingError, IndexStore
 
-__all__ = ["Selection", "children_with_reports", "report_tree", "select_communities"]
+__all__ = ["Selection", "children_with_reports", "report_tree", "select_communities", "nearest_first"]
 
 
 @dataclass
@@ -69,6 +81,35 @@ def _rate_request(store: IndexStore, cid: str, question: str, section: QuerySect
         rate_prompt, report=report, question=question)},), max_tokens=16, json_schema=rate_schema())
 
 
+def nearest_first(store: IndexStore, ids: list[str], vector: np.ndarray | None) -> tuple[list[str], str]:
+    """(ids ordered for rating under a budget, how): by the cosine of the question's vector with
+    each report's stored vector, best first ("report_vectors"); ids without a vector (a
+    restricted view's per-domain reports) and every id when there is no vector or no report
+    index follow by the report's importance rating ("report_rating"), then id."""
+    by_rating = sorted(ids, key=lambda c: (-(store.reports.value(c, "rating") or 0.0), c))
+    if vector is None:
+        return by_rating, "report_rating"
+    try:
+        index = store.vectors("community_report")
+    except IndexMissingError:
+        return by_rating, "report_rating"
+    if index.dim != np.asarray(vector).reshape(-1).shape[0]:
+        return by_rating, "report_rating"
+    sims = dict(zip(by_rating, index.similarities(vector, by_rating)))
+    near = sorted((c for c in by_rating if sims[c] is not None), key=lambda c: -sims[c])  # stable: ties by rating
+    if not near:
+        return by_rating, "report_rating"
+    return near + [c for c in by_rating if sims[c] is None], "report_vectors"
+
+
+def _allowance(left: int | None, frontier: list[str], deeper: bool) -> int:
+    """Reports this round may rate: all of them within the budget; over it, what is left, or half
+    of it (rounded up) when the round could still descend."""
+    if left is None or len(frontier) <= left:
+        return len(frontier)
+    return (left + 1) // 2 if deeper else left
+
+
 def select_communities(
     store: IndexStore,
     chat: ChatModel,
@@ -76,9 +117,11 @@ def select_communities(
     section: QuerySection,
     rate_prompt: str,
     map_prompt: str | None = None,
+    question_vector: Callable[[], np.ndarray | None] | None = None,
 ) -> Selection:
     """Dynamic community selection (module doc); one batch per round. Without `map_prompt` (or
-    with dynamic_early_map off) nothing is mapped here."""
+    with dynamic_early_map off) nothing is mapped here. question_vector: the question's
+    embedding, asked for only when a round has more reports than the rating budget leaves."""
     children, roots = report_tree(store)
 
     def below(cid: str) -> list[str]:
@@ -89,9 +132,19 @@ def select_communities(
     early = map_prompt is not None and section.global_.dynamic_early_map
     out = Selection(selected=[], facts={})
     scores: dict[str, int] = {}
-    rated = failed = rounds = pruned = descended = 0
-    while frontier:
+    rated = failed = rounds = pruned = descended = unrated = 0
+    budget = section.global_.dynamic_max_rated or None
+    vector: list = []  # the question's vector, embedded at most once
+    order = None
+    while frontier and (budget is None or rated < budget):
         rounds += 1
+        take = _allowance(None if budget is None else budget - rated, frontier, any(below(c) for c in frontier))
+        if take < len(frontier):
+            if not vector:
+                vector.append(question_vector() if question_vector is not None else None)
+            ranked, order = nearest_first(store, frontier, vector[0])
+            unrated += len(frontier) - take
+            frontier = sorted(ranked[:take])
         rates = [_rate_request(store, cid, question, section, rate_prompt) for cid in frontier]
         # Leaves of this round, strongest reports first (the order the map packs them in).
         leaves = sorted((c for c in frontier if not below(c)),
@@ -117,6 +170,7 @@ def select_communities(
             descended += bool(below(cid))
             next_frontier += below(cid)
         frontier = sorted(set(next_frontier))
+    unrated += len(frontier)  # found relevant above, but the budget was spent before their round
     # A relevant child replaces its parent; a parent none of whose children was relevant stays.
     replaced = {store.communities.value(c, "parent_id") for c in scores}
     selected = [c for c in scores if c not in replaced]
@@ -124,5 +178,6 @@ def select_communities(
     out.selected = selected
     out.facts = {"rated": rated, "rating_failed": failed, "rounds": rounds, "selected": len(selected),
                  "pruned": pruned, "descended": descended, "mapped_early": len(out.early_ids),
-                 "early_pruned": len(out.early_ids - set(selected))}
+                 "early_pruned": len(out.early_ids - set(selected)), "unrated": unrated,
+                 "max_rated": budget or 0, "rating_order": order}
     return out

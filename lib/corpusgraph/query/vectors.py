@@ -191,6 +191,22 @@ class VectorIndex:
             out[k] = self._index.reconstruct(rows[i])
         return out
 
+    def similarities(self, query_vector: np.ndarray, ids: Sequence[str]) -> list[float | None]:
+        """The cosine of one (normalised) query vector with each of `ids`' stored vectors, in order;
+        None for an id this index does not hold."""
+        if not ids or len(self) == 0:
+            return [None] * len(ids)
+        self.vectors([])  # builds the id -> row map (and an IVF index's direct map) once
+        rows = self._rows
+        held = [i for i in ids if i in rows]
+        if not held:
+            return [None] * len(ids)
+        q = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self.dim:
+            raise ValueError(f"query vector must have {self.dim} dimensions, got {q.shape[0]}")
+        scores = dict(zip(held, (self.vectors(held) @ q).tolist()))
+        return [scores.get(i) for i in ids]
+
     def search(self, query_vectors: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         """Top-k (id, cosine) per query row, best first; fewer than k when k > len(self).
 

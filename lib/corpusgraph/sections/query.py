@@ -92,6 +92,10 @@ class GlobalSection(Section):
     dynamic_max_level: int = Field(3, ge=0, description="Deepest level dynamic selection descends to.")
     dynamic_early_map: bool = Field(True, description="Map reports that cannot be descended into in the same round "
                                     "as their rating (a round less; pruned ones' map tokens are spent).")
+    dynamic_max_rated: int = Field(500, ge=0, description="At most this many rating calls per question (0: no "
+                                   "limit). A round with more reports than the budget allows rates those nearest the "
+                                   "question first (report vectors; else the highest rated); the rest are left "
+                                   "unrated and unread, and the answer's coverage counts them.")
 
 
 class DriftSection(Section):
