@@ -341,3 +341,55 @@ def test_a_deadline_cuts_a_request_on_the_wire_and_returns_its_lease(server):
     with deadline(time.monotonic() + 3.0):
         [again] = m.complete([req("ok")])  # the slot came back: the next call goes through
     assert again.text == "answer:ok"
+
+
+class _SlowCache(ResponseCache):
+    """A real SQLite cache whose commits take 50 ms and are recorded (one list of keys each)."""
+
+    def __init__(self, path, fail: bool = False):
+        super().__init__(path)
+        self.commits: list[list[str]] = []
+        self.fail = fail
+
+    def put_many(self, values):
+        time.sleep(0.05)
+        if self.fail:
+            raise OSError("disk full")
+        super().put_many(values)
+        self.commits.append(sorted(values))
+
+
+def test_answers_go_into_the_cache_in_groups_and_are_durable_before_they_are_handed_on(tmp_path):
+    from corpusgraph.llm.openai_http import _GroupPut
+
+    cache = _SlowCache(tmp_path / "c.sqlite")
+    seen: list[tuple[str, bool]] = []
+
+    async def go():
+        writer = _GroupPut(cache)
+
+        async def one(k: str, delay: float):
+            await asyncio.sleep(delay)
+            await writer.put(k, {"text": k})
+            seen.append((k, ResponseCache(tmp_path / "c.sqlite").get(k) is not None))  # committed when put returns
+
+        await asyncio.gather(one("a", 0), *(one(k, 0.01) for k in "bcdef"), one("g", 0.2))
+
+    asyncio.run(go())
+    # "a" commits alone; b-f arrive during its commit and go in one transaction; "g" after both.
+    assert cache.commits == [["a"], ["b", "c", "d", "e", "f"], ["g"]]
+    assert all(durable for _, durable in seen) and len(seen) == 7
+
+
+def test_a_failed_group_commit_fails_each_put_and_the_client_still_answers(server, tmp_path):
+    from corpusgraph.llm.openai_http import _GroupPut
+
+    async def go():
+        writer = _GroupPut(_SlowCache(tmp_path / "c.sqlite", fail=True))
+        return await asyncio.gather(*(writer.put(k, {}) for k in "ab"), return_exceptions=True)
+
+    assert [type(e) for e in asyncio.run(go())] == [OSError, OSError]
+    # Through the client: the answers come back uncached (to be paid again next run), not lost.
+    out = model(server, cache=_SlowCache(tmp_path / "d.sqlite", fail=True)).complete([req("ok"), req("sleep0.01")])
+    assert [r.text for r in out] == ["answer:ok", "answer:sleep0.01"] and not any(r.error for r in out)
+    assert len(ResponseCache(tmp_path / "d.sqlite")) == 0

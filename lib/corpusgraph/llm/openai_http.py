@@ -73,6 +73,7 @@ class OpenAIChatModel(EndpointClient):
         # Told of every result as it comes (an answer, an error or a cache hit): the Ray runner's
         # progress count (ray_runner._LLMWorker). Never raises into the batch.
         self.on_result: Callable[[], None] | None = None
+        self._schema_lengths: dict[int, tuple[dict, int]] = {}  # id(schema) -> (schema, its JSON length)
 
     def __repr__(self) -> str:  # no api_key: reprs end up in logs
         where = self.base_url if len(self.base_urls) == 1 else self.base_urls
@@ -108,8 +109,10 @@ class OpenAIChatModel(EndpointClient):
             else:
                 todo.append(i)
 
+        writer = _GroupPut(self.cache) if self.cache is not None else None
+
         async def answered(i: int) -> ChatResult:
-            res = await self._one(clients, requests[i], keys[i])
+            res = await self._one(clients, requests[i], keys[i], writer)
             if each is not None:
                 await each(i, res)
             return res
@@ -135,7 +138,8 @@ class OpenAIChatModel(EndpointClient):
                 pass
 
     # -- one request ---------------------------------------------------------------------------
-    async def _one(self, clients: ClientSet, req: ChatRequest, key: str) -> ChatResult:
+    async def _one(self, clients: ClientSet, req: ChatRequest, key: str, writer: "_GroupPut | None" = None
+                   ) -> ChatResult:
         start = time.monotonic()
         try:
             result = await self._with_retries(clients, req)
@@ -145,15 +149,17 @@ class OpenAIChatModel(EndpointClient):
         self._told()
         if result.error is None and self.cache is not None:
             try:
-                await asyncio.to_thread(self.cache.put, key, stored(result))
+                if writer is not None:
+                    await writer.put(key, stored(result))
+                else:
+                    await asyncio.to_thread(self.cache.put, key, stored(result))
             except Exception:
                 pass  # the answer is still good; it will just be paid for again next run
         return result
 
     async def _with_retries(self, clients: ClientSet, req: ChatRequest) -> ChatResult:
         body = self._body(req)
-        schema_chars = len(json.dumps(req.json_schema)) if req.json_schema is not None else 0
-        cost = estimate_tokens(req.messages, req.max_tokens, schema_chars)
+        cost = estimate_tokens(req.messages, req.max_tokens, self._schema_chars(req.json_schema))
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             left = seconds_left()
@@ -207,12 +213,65 @@ class OpenAIChatModel(EndpointClient):
         return _parse_completion(req.id, resp)
 
     # -- building --------------------------------------------------------------------------------
+    def _schema_chars(self, schema: dict[str, Any] | None) -> int:
+        """The schema's length as JSON, for the cost estimate: kept per schema object (a stage
+        sends one schema object with many requests). Only the estimate reads it, which the
+        reported usage corrects, so a schema changed after its first request costs nothing worse
+        than an estimate a little off."""
+        if schema is None:
+            return 0
+        memo = self._schema_lengths
+        held = memo.get(id(schema))
+        if held is None or held[0] is not schema:
+            if len(memo) >= 64:
+                memo.clear()
+            held = memo[id(schema)] = (schema, len(json.dumps(schema)))
+        return held[1]
+
     def _key(self, req: ChatRequest) -> str:
         return request_key(self.model, req)
 
     def _body(self, req: ChatRequest) -> dict[str, Any]:
         return request_body(self.model, req, self.schema_style)
 
+
+
+class _GroupPut:
+    """A batch's answers into the response cache, committed in groups: the first answer's commit
+    starts at once, and the answers that arrive while a commit runs go together in the next one
+    (one transaction and one fsync for the lot, one thread hand-off, where each answer had its
+    own). `put` returns once a transaction holding its answer has committed, as a single put
+    did, so an answer is durable before it is handed on; a failed commit raises in each of its puts."""
+
+    def __init__(self, cache: ResponseCache) -> None:
+        self.cache = cache
+        self.pending: dict[str, dict] = {}
+        self.waiting: list[asyncio.Future] = []
+        self.running: asyncio.Task | None = None
+
+    async def put(self, key: str, value: dict) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self.pending[key] = value
+        self.waiting.append(done)
+        if self.running is None:
+            self.running = asyncio.ensure_future(self._drain())
+        await done
+
+    async def _drain(self) -> None:
+        try:
+            while self.pending:
+                values, waiting = self.pending, self.waiting
+                self.pending, self.waiting = {}, []
+                try:
+                    await asyncio.to_thread(self.cache.put_many, values)
+                    error = None
+                except Exception as exc:  # each put raises it; its caller decides (the answer stays good)
+                    error = exc
+                for w in waiting:
+                    if not w.done():
+                        w.set_exception(error) if error is not None else w.set_result(None)
+        finally:
+            self.running = None
 
 
 def request_body(model: str, req: ChatRequest, style: SchemaStyle = "openai") -> dict[str, Any]:

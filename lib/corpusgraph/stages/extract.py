@@ -158,9 +158,11 @@ def _found_list(priors: Sequence[dict | None]) -> str:
 
 
 def build_pack_request(pack_id: str, texts: Sequence[str], prompt: Prompt | ExtractPrompts, section: ExtractSection,
-                       temperature: float = 0.0, priors: Sequence[dict | None] | None = None) -> ChatRequest:
+                       temperature: float = 0.0, priors: Sequence[dict | None] | None = None,
+                       schema: dict[str, Any] | None = None) -> ChatRequest:
     """One call for a pack of texts. With `priors` (the rows so far) it is a gleaning call:
-    the same system prompt and texts, then the continue prompt naming what was found."""
+    the same system prompt and texts, then the continue prompt naming what was found.
+    schema: pack_schema(section, len(texts)), when the caller keeps one per pack size."""
     prompts = _as_prompts(prompt)
     user = user_message(texts)
     if priors is not None:
@@ -172,7 +174,7 @@ def build_pack_request(pack_id: str, texts: Sequence[str], prompt: Prompt | Extr
         messages=({"role": "system", "content": prompts.system(section)}, {"role": "user", "content": user}),
         max_tokens=section.max_tokens * len(texts),
         temperature=temperature,
-        json_schema=pack_schema(section, len(texts)),
+        json_schema=pack_schema(section, len(texts)) if schema is None else schema,
     )
 
 
@@ -249,11 +251,19 @@ class PackTask:
         self.section, self.prompts, self.prompt_hash = section, prompts, prompt_hash
         self.model, self.run_id, self.temperature, self.round = model, run_id, temperature, round_
         self.output_schema = pa.schema([("pack_id", pa.string()), ("rows", pa.list_(_EXTRACTION))])
+        self._schemas: dict[int, dict[str, Any]] = {}  # pack size -> its answer schema, built once
 
     def requests(self, packs: Sequence[dict]) -> list[ChatRequest]:
-        return [build_pack_request(p["pack_id"], [u["text"] for u in p["units"]], self.prompts, self.section,
-                                   self.temperature, [u["prior"] for u in p["units"]] if self.round else None)
-                for p in packs]
+        out = []
+        for p in packs:
+            n = len(p["units"])
+            schema = self._schemas.get(n)
+            if schema is None:
+                schema = self._schemas[n] = pack_schema(self.section, n)
+            out.append(build_pack_request(p["pack_id"], [u["text"] for u in p["units"]], self.prompts, self.section,
+                                          self.temperature, [u["prior"] for u in p["units"]] if self.round else None,
+                                          schema=schema))
+        return out
 
     def outputs(self, packs: Sequence[dict], results: Sequence[ChatResult]) -> list[dict]:
         now = datetime.now(timezone.utc)
