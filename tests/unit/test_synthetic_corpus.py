@@ -191,6 +191,38 @@ def test_extraction_answers_parse_and_gleaning_adds_only_new_names(corpus, lex):
                                                if s.casefold() not in before))[:4]) and new <= written
 
 
+def test_edges_within_equals_edges_among_for_each_named_entity(corpus, lex):
+    for d in corpus["docs"][:40]:
+        present = {e for _, e in lex.find(d["text"])}
+        among = lex.edges_within(present)
+        assert set(among) == present and all(among[e] == lex.edges_among(e, present) for e in present)
+
+
+def test_token_counts_by_parts_equal_whole_counts(corpus, lex):
+    """The server's usage (TokenCounter, parts split where cl100k always starts a piece) equals
+    counting each text whole: on random texts made of the characters that decide piece bounds,
+    and on real prompts and answers, packed and gleaning."""
+    import random
+
+    from corpusgraph.config import ExtractSection
+    from corpusgraph.tokens import count_tokens
+
+    counter = scale_server.TokenCounter(limit=500)  # small: the cache is also started afresh on the way
+    rng = random.Random(3)
+    alphabet = [" ", " ", "  ", "\n", "\r", "\t", "\u00a0", "a", "The", ".", ",", "7", "42", "'s", "é", ":", "{", '"']
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        assert counter(text) == count_tokens(text), repr(text)
+    section = ExtractSection(max_entities=4, max_relationships=4)
+    texts = [d["text"][:1500] for d in corpus["docs"][20:26]]
+    body = _pack_request(texts, section)
+    _, first = scale_server.answer_for(lex, body)
+    rows = [{"entities": first[str(k)]["entities"]} for k in range(1, 7)]
+    glean = _pack_request(texts, section, priors=rows)
+    for text in [m["content"] for b in (body, glean) for m in b["messages"]] + [json.dumps(first, ensure_ascii=False)]:
+        assert counter(text) == count_tokens(text)
+
+
 def test_report_summary_and_adjudication(corpus, lex):
     from corpusgraph.config import ReportsSection, ResolveSection
     from corpusgraph.llm.base import ChatResult
