@@ -23,7 +23,8 @@ benchmark skips, saying so, when that run has not been made. Two parts:
    status and latency are split by method and by phase (before, during, after the outage,
    by the request's start). The service's RSS is sampled throughout, and its growth is reported per
 quarter of the time after warm-up. CORPUSGRAPH_BENCH_SERVICE_MALLOC_ARENAS sets the service's
-serve.malloc_arenas (default: the config's); CLIENTS and SECONDS set the load.
+serve.malloc_arenas (default: the config's), CORPUSGRAPH_BENCH_SERVICE_MAX_RATED global search's
+query.global.dynamic_max_rated (default: the config's; 0: no budget); CLIENTS and SECONDS set the load.
 
 Writes tests/benchmarks/results/service_load.json (service_load_<run>.json for a run other than
 run-100000), and part 1's local-context figures into
@@ -295,6 +296,8 @@ def test_service_on_the_scale_index(tmp_path):
                 **emb}
         if os.environ.get(ENV + "MALLOC_ARENAS"):  # the service's serve.malloc_arenas (else the config's)
             sets["serve.malloc_arenas"] = os.environ[ENV + "MALLOC_ARENAS"]
+        if os.environ.get(ENV + "MAX_RATED"):  # global search's rating budget (else the config's; 0: none)
+            sets["query.global.dynamic_max_rated"] = os.environ[ENV + "MAX_RATED"]
         cfg = load_config(REPO / "conf" / "local.yaml", sets)
         figures = in_process_figures(cfg)
         record_local_context(figures)
@@ -355,7 +358,7 @@ def test_service_on_the_scale_index(tmp_path):
         **{k: figures[k] for k in ("rss_mb_start", "rss_mb_warm", "rss_mb_end", "rss_mb_max", "rss_mb_samples",
                                    "rss_warm_at_s", "requests_after_warm", "rss_mb_per_1k_requests_after_warm",
                                    "rss_mb_growth_by_quarter_after_warm", "rss_mb_timeline", "service_start_s")},
-        "malloc_arenas": cfg.serve.malloc_arenas,
+        "malloc_arenas": cfg.serve.malloc_arenas, "global_max_rated": cfg.query.global_.dynamic_max_rated,
         "in_process": {k: v for k, v in figures.items()
                        if not k.startswith(("rss_", "service_start", "requests_after_warm"))},
         "llm": f"fixed_latency_answer_server.py, {LATENCY_S} s per call, 512 slots, {RELEVANT_SHARE:.0%} of "

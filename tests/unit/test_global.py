@@ -233,3 +233,18 @@ def test_rating_order_without_vectors_is_by_importance(store):
     assert nearest_first(store, ids, np.ones(3, dtype=np.float32))[1] == "report_rating"  # another model's vector
     assert _allowance(None, ["a"] * 30, True) == 30 and _allowance(10, ["a"] * 8, True) == 8
     assert _allowance(10, ["a"] * 30, True) == 5 and _allowance(10, ["a"] * 30, False) == 10
+
+
+def test_reports_the_budget_deferred_are_ranked_again_in_the_next_round(store, monkeypatch):
+    from corpusgraph.query import global_select
+
+    # Three roots over two of budget; c0a's only child is c1a.
+    monkeypatch.setattr(global_select, "report_tree", lambda _: ({"c0a": ["c1a"]}, ["c0a", "c0b", "c1b"]))
+    chat = RatingChat({"c0a": 0, "c1b": 5})
+    answer = engine(store, chat, global_={"dynamic_max_rated": 2}).ask(
+        "Mara Voss founded the Lumen Guild; where was the Saltmarsh Treaty signed?", method="global")
+    # The first round that binds takes half (1): the nearest root, c0a, irrelevant. The two roots it
+    # deferred are ranked again and the budget's last rating goes to the nearer, c1b.
+    assert chat.rated() == [["c0a"], ["c1b"]]
+    assert chat.reduced_titles() == ["Treaty town"]
+    assert (answer.details["rated"], answer.details["unrated"], answer.details["rounds"]) == (2, 1, 2)

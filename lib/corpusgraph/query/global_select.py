@@ -20,9 +20,12 @@ thousands (2,271 root reports on a 1.43M-entity index, ~7,900 ratings a question
 descent), and a question then costs minutes of calls and holds a service's CPU. A round with more
 reports than the budget leaves rates those nearest the question first (cosine of the question's
 vector with each report's stored vector; the reports' own importance rating where there are no
-vectors) and leaves the rest unrated: they are neither descended into nor mapped. A round that
-could still descend takes at most half of what is left, so the relevant branches it finds can
-be rated below. The facts count the reports left unrated, and coverage says so.
+vectors) and defers the rest to the next round, where they are ranked again with the children
+of the reports found relevant; what is still unrated when the budget is spent is neither
+descended into nor mapped. The first round the budget binds takes at most half of what is left
+when it could still descend, so the relevant branches it finds can be rated below; later rounds
+take all that is left (two rounds, not one per halving). The facts count the reports left
+unrated, and coverage says so.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def nearest_first(store: IndexStore, ids: list[str], vector: np.ndarray | None) 
 
 def _allowance(left: int | None, frontier: list[str], deeper: bool) -> int:
     """Reports this round may rate: all of them within the budget; over it, what is left, or half
-    of it (rounded up) when the round could still descend."""
+    of it (rounded up) when the round could still descend (the caller asks so once)."""
     if left is None or len(frontier) <= left:
         return len(frontier)
     return (left + 1) // 2 if deeper else left
@@ -132,19 +135,20 @@ def select_communities(
     early = map_prompt is not None and section.global_.dynamic_early_map
     out = Selection(selected=[], facts={})
     scores: dict[str, int] = {}
-    rated = failed = rounds = pruned = descended = unrated = 0
+    rated = failed = rounds = pruned = descended = 0
     budget = section.global_.dynamic_max_rated or None
     vector: list = []  # the question's vector, embedded at most once
     order = None
     while frontier and (budget is None or rated < budget):
         rounds += 1
-        take = _allowance(None if budget is None else budget - rated, frontier, any(below(c) for c in frontier))
+        deeper = order is None and any(below(c) for c in frontier)  # halve only the first round that binds
+        take = _allowance(None if budget is None else budget - rated, frontier, deeper)
+        deferred: list[str] = []
         if take < len(frontier):
             if not vector:
                 vector.append(question_vector() if question_vector is not None else None)
             ranked, order = nearest_first(store, frontier, vector[0])
-            unrated += len(frontier) - take
-            frontier = sorted(ranked[:take])
+            frontier, deferred = sorted(ranked[:take]), ranked[take:]
         rates = [_rate_request(store, cid, question, section, rate_prompt) for cid in frontier]
         # Leaves of this round, strongest reports first (the order the map packs them in).
         leaves = sorted((c for c in frontier if not below(c)),
@@ -169,8 +173,8 @@ def select_communities(
             scores[cid] = score
             descended += bool(below(cid))
             next_frontier += below(cid)
-        frontier = sorted(set(next_frontier))
-    unrated += len(frontier)  # found relevant above, but the budget was spent before their round
+        frontier = sorted(set(next_frontier) | set(deferred))
+    unrated = len(frontier)  # the budget was spent before their round
     # A relevant child replaces its parent; a parent none of whose children was relevant stays.
     replaced = {store.communities.value(c, "parent_id") for c in scores}
     selected = [c for c in scores if c not in replaced]
