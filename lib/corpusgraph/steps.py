@@ -177,7 +177,7 @@ def extract(st: StageContext, *, extract: ExtractSection, llm: LLMSection, ray: 
     for round_ in range(sec.glean_rounds + 1):
         if round_:  # gleaning: only rows whose result looks incomplete (decided again on a rerun)
             pending = extract_stage.glean_candidates(st.tables.read("extractions"), units, sec, phash, model, round_)
-        packs = extract_stage.packs_from(pending, sec, round_, with_prior=round_ > 0)
+        packs = extract_stage.packs_from(pending, sec, round_, with_prior=round_ > 0, only_incomplete=round_ > 0)
         task = extract_stage.PackTask(sec, prompts, phash, model, st.run_id, llm.temperature, round_)
         u, n_units, n_packs = _extract_round(st, packs, task, f"round{round_}", llm=llm, ray=ray)
         usage.merge(u)
