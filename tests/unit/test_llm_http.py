@@ -393,3 +393,16 @@ def test_a_failed_group_commit_fails_each_put_and_the_client_still_answers(serve
     out = model(server, cache=_SlowCache(tmp_path / "d.sqlite", fail=True)).complete([req("ok"), req("sleep0.01")])
     assert [r.text for r in out] == ["answer:ok", "answer:sleep0.01"] and not any(r.error for r in out)
     assert len(ResponseCache(tmp_path / "d.sqlite")) == 0
+
+
+def test_a_cancelled_group_commit_leaves_no_put_waiting(tmp_path):
+    from corpusgraph.llm.openai_http import _GroupPut
+
+    async def go():
+        writer = _GroupPut(_SlowCache(tmp_path / "c.sqlite"))
+        puts = [asyncio.ensure_future(writer.put(k, {})) for k in "ab"]
+        await asyncio.sleep(0.01)  # the first commit is under way
+        writer.running.cancel()
+        return await asyncio.wait_for(asyncio.gather(*puts, return_exceptions=True), timeout=5)
+
+    assert [type(e) for e in asyncio.run(go())] == [RuntimeError, RuntimeError]

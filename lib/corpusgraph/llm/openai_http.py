@@ -258,6 +258,7 @@ class _GroupPut:
         await done
 
     async def _drain(self) -> None:
+        waiting: list[asyncio.Future] = []
         try:
             while self.pending:
                 values, waiting = self.pending, self.waiting
@@ -270,8 +271,15 @@ class _GroupPut:
                 for w in waiting:
                     if not w.done():
                         w.set_exception(error) if error is not None else w.set_result(None)
+                waiting = []
         finally:
             self.running = None
+            # Cancelled mid-commit (the loop shutting down): no put may wait for a commit that
+            # will not come; theirs are answers left uncached, as a failed commit leaves them.
+            left, self.pending, self.waiting = waiting + self.waiting, {}, []
+            for w in left:
+                if not w.done():
+                    w.set_exception(RuntimeError("the response cache commit was cancelled"))
 
 
 def request_body(model: str, req: ChatRequest, style: SchemaStyle = "openai") -> dict[str, Any]:
