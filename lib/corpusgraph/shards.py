@@ -59,11 +59,13 @@ def split_keys(rows: list[dict]) -> list[str]:
 
 def fingerprint(task, model: str, temperature: float) -> str:
     """What decides the answers of an LLM pass, hashed: the task's class and attributes (its
-    settings, prompts and round; not the run id), the model and the temperature."""
+    settings, prompts and round; not the run id, nor a private `_` attribute: a cache the task
+    fills as it builds requests, which must not make the key depend on what it was asked
+    before), the model and the temperature."""
     parts = {"task": f"{type(task).__module__}.{type(task).__qualname__}", "model": model,
              "temperature": float(temperature)}
     for name, value in sorted(vars(task).items()):
-        if name not in _RUN_ATTRIBUTES and name != "output_schema":
+        if name not in _RUN_ATTRIBUTES and name != "output_schema" and not name.startswith("_"):
             parts[name] = _canonical(value)
     parts["output_schema"] = str(getattr(task, "output_schema", ""))
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]

@@ -150,3 +150,18 @@ def test_pack_requests_are_what_the_stage_sends():
     # ordered by length: u1 (80), u2 (90), u0 (120) fit in 300 tokens and 3 units; u3 alone
     assert [r.messages[1]["content"].count("Text ") for r in reqs] == [3, 1]
     assert reqs[0].id == pack_id(["u1", "u2", "u0"], 0)
+
+
+def test_pack_schemas_are_built_once_per_size_and_stay_out_of_the_pass_fingerprint():
+    from corpusgraph.shards import fingerprint
+
+    task = PackTask(SEC, PROMPTS, "hash", "m", "run-1", 0.0, 0)
+    before = fingerprint(task, "m", 0.0)
+    packs = [{"pack_id": f"p{i}", "units": [unit(j, 10) for j in range(n)]} for i, n in enumerate([3, 3, 1])]
+    reqs = task.requests(packs)
+    assert reqs[0].json_schema is reqs[1].json_schema == pack_schema(SEC, 3)  # one object per pack size
+    assert reqs[2].json_schema == pack_schema(SEC, 1) and reqs[2].json_schema is not reqs[0].json_schema
+    # The answers' durable folder is keyed on the settings, not on the requests built so far.
+    assert fingerprint(task, "m", 0.0) == before
+    assert fingerprint(PackTask(SEC.model_copy(update={"max_entities": 4}), PROMPTS, "hash", "m", "run-1", 0.0, 0),
+                       "m", 0.0) != before
