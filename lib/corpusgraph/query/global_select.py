@@ -141,8 +141,10 @@ def select_communities(
     order = None
     while frontier and (budget is None or rated < budget):
         rounds += 1
-        deeper = order is None and any(below(c) for c in frontier)  # halve only the first round that binds
-        take = _allowance(None if budget is None else budget - rated, frontier, deeper)
+        left = None if budget is None else budget - rated
+        binds = left is not None and len(frontier) > left
+        # Halve only the first round that binds (and only then look for children below).
+        take = _allowance(left, frontier, binds and order is None and any(below(c) for c in frontier))
         deferred: list[str] = []
         if take < len(frontier):
             if not vector:

@@ -177,15 +177,18 @@ class VectorIndex:
         return (f"VectorIndex(kind={self.kind!r}, model={self.model!r}, dim={self.dim}, count={len(self)}, "
                 f"type={self.info.get('type')!r})")
 
-    def vectors(self, ids: Sequence[str]) -> np.ndarray:
-        """The stored (normalised) vectors of `ids`, one row each; KeyError for an unknown id."""
-        rows = self._rows
-        if rows is None:
-            # An inverted-file index (IVF) reads rows back only through a direct map.
+    def _row_map(self) -> dict[str, int]:
+        """id -> row, built on first use (with an IVF index's direct map, which reading rows back needs)."""
+        if self._rows is None:
             ivf = faiss.try_extract_index_ivf(self._index)
             if ivf is not None:
                 ivf.make_direct_map()
-            rows = self._rows = {i: r for r, i in enumerate(self._ids)}
+            self._rows = {i: r for r, i in enumerate(self._ids)}
+        return self._rows
+
+    def vectors(self, ids: Sequence[str]) -> np.ndarray:
+        """The stored (normalised) vectors of `ids`, one row each; KeyError for an unknown id."""
+        rows = self._row_map()
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         for k, i in enumerate(ids):
             out[k] = self._index.reconstruct(rows[i])
@@ -196,8 +199,7 @@ class VectorIndex:
         None for an id this index does not hold."""
         if not ids or len(self) == 0:
             return [None] * len(ids)
-        self.vectors([])  # builds the id -> row map (and an IVF index's direct map) once
-        rows = self._rows
+        rows = self._row_map()
         held = [i for i in ids if i in rows]
         if not held:
             return [None] * len(ids)
