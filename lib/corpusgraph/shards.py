@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 import uuid
 
@@ -78,6 +79,10 @@ class ShardSink:
     filesystem is opened on first use in the actor's own process. On object storage a file
     appears whole when its upload completes; on a local disk it is written under a temporary
     name and renamed, so a reader never sees half a shard.
+
+    Thread-safe: an actor flushes several batches at once, each from its own thread
+    (ray_runner's asyncio.to_thread), so the first use's set-up (the folder made before any
+    thread writes into it) and each shard's sequence number are taken under a lock.
     """
 
     def __init__(self, folder: str, s3: storage.S3Settings | None, attempt: str):
@@ -85,6 +90,7 @@ class ShardSink:
         self._fs = None
         self._prefix = uuid.uuid4().hex[:12]  # this actor's (a new one per process, see __setstate__)
         self._seq = 0
+        self._lock = threading.Lock()
 
     def __getstate__(self):
         return {"folder": self.folder, "s3": self.s3, "attempt": self.attempt}
@@ -101,12 +107,14 @@ class ShardSink:
         table = (table.append_column(UNIT, pa.array(units, pa.string()))
                  .append_column(ATTEMPT, pa.array([self.attempt] * n, pa.string()))
                  .append_column(WRITTEN, pa.array([time.time()] * n, pa.float64())))
-        if self._fs is None:
-            self._fs, self._path = storage.arrow_filesystem(self.folder, self.s3)
-            if storage.is_local(self.folder):  # an object store needs no folders
-                self._fs.create_dir(self._path, recursive=True)
-        self._seq += 1
-        name = f"{self.attempt}-{self._prefix}-{self._seq:06d}.parquet"
+        with self._lock:
+            if self._fs is None:
+                fs, self._path = storage.arrow_filesystem(self.folder, self.s3)
+                if storage.is_local(self.folder):  # an object store needs no folders
+                    fs.create_dir(self._path, recursive=True)
+                self._fs = fs  # only once its folder exists
+            self._seq += 1
+            name = f"{self.attempt}-{self._prefix}-{self._seq:06d}.parquet"
         final = f"{self._path}/{name}"
         if storage.is_local(self.folder):
             tmp = f"{self._path}/.{name}.tmp"
