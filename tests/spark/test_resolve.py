@@ -355,8 +355,8 @@ def test_long_merged_descriptions_are_summarised_or_cut(spark):
              ("s3", [("Short Co", "ORGANIZATION", "Small.")], [])]
     ex = spark.createDataFrame([extraction(u, e, r) for u, e, r in units], spark_schema("extractions"))
     live = R.live_extractions(ex, spark.createDataFrame([(u,) for u, _, _ in units], "unit_id string"), "P", "M")
-    ments = R.mentions(live, sec)
-    todo = [r.asDict() for r in R.long_descriptions(ments, sec).collect()]
+    groups = R.grouped(R.mentions(live, sec))
+    todo = [r.asDict() for r in R.long_descriptions(groups, sec).collect()]
     assert [r["title"] for r in todo] == ["Castor Haulage"] and long_a.strip() in todo[0]["text"]
     task = RL.SummariseTask(sec, load_prompt(REPO / "conf" / "prompts" / "resolve_summarise.txt"))
     req = task.requests(todo)[0]
@@ -364,12 +364,12 @@ def test_long_merged_descriptions_are_summarised_or_cut(spark):
     out = task.outputs(todo, [ChatResult(id=req.id, text='{"description": "Night shift in Porto; trucks to Madrid."}')])
     summaries = spark.createDataFrame(out, schema=from_arrow_schema(RL.SummariseTask.output_schema))
     rels = R.relationships(live, sec)
-    ents = {r["title"]: r for r in R.entities(ments, rels, sec, summaries).collect()}
+    ents = {r["title"]: r for r in R.entities(groups, rels, sec, summaries).collect()}
     assert ents["Castor Haulage"]["description"] == "Night shift in Porto; trucks to Madrid."
     assert ents["Short Co"]["description"] == "Small."
     bad = task.outputs(todo, [ChatResult(id=req.id, text="no json here")])
     assert bad[0]["status"] == "parse_error" and bad[0]["summary"] is None
-    cut = {r["title"]: r for r in R.entities(ments, rels, sec).collect()}  # no summary: joined, cut at the limit
+    cut = {r["title"]: r for r in R.entities(groups, rels, sec).collect()}  # no summary: joined, cut at the limit
     assert len(cut["Castor Haulage"]["description"]) == 100
 
 
@@ -402,3 +402,4 @@ def test_adjudication_and_summaries_on_the_real_model(spark, tmp_path):
         assert again.usage is not None and again.usage.calls == 0 and again.usage.cache_hits >= res.rows["summarised"]
     finally:
         ctx.close()
+

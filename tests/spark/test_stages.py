@@ -107,7 +107,7 @@ def test_resolve_merges_normalised_names_and_accumulates_weights(spark, warehous
     sec = ResolveSection()
     live = R.live_extractions(ex, units, "P", "M")
     rels = R.relationships(live, sec)
-    ents = R.entities(R.mentions(live, sec), rels, sec)
+    ents = R.entities(R.grouped(R.mentions(live, sec)), rels, sec)
     by_title = {r["title"]: r for r in ents.collect()}
     # "Ghost" came from a dead unit; ties between spellings resolve to the smallest, repeatably.
     assert set(by_title) == {"Contoso Ltd", "LISBON", "Ana Reis"}

@@ -66,15 +66,15 @@ def resolve_tables(io: ResolveIO, sec: ResolveSection, *, prompt_hash: str, mode
     if sec.method == "similarity":
         mapping, pairs_table = _similarity(io, sec, live, stated, ments, rows, notes, llm_model=llm_model,
                                            temperature=temperature, prompt=adjudicate_prompt)
-    resolved = R.remap(ments, mapping)
+    groups = save(R.grouped(R.remap(ments, mapping)), "grouped")
     tables.overwrite("relationships", R.relationships(live, sec, mapping, stated))
     rels = tables.read("relationships")
     summaries = None
     if sec.summarise_descriptions:
         out, rows["summarised"] = io.ask(RL.SummariseTask(sec, summarise_prompt, temperature),
-                                         R.long_descriptions(resolved, sec), "summarise")
+                                         R.long_descriptions(groups, sec), "summarise")
         summaries = out.where(F.col("status") == "ok") if out is not None else None
-    tables.overwrite("entities", R.entities(resolved, rels, sec, summaries))
+    tables.overwrite("entities", R.entities(groups, rels, sec, summaries))
     # A warehouse made before entity_aliases had its decision columns takes them here.
     tables.overwrite("entity_aliases", R.entity_aliases(ments, mapping), replace_schema=True)
     tables.overwrite("claims", R.claims(live, sec, mapping))
