@@ -116,7 +116,9 @@ def _similarity(io: ResolveIO, sec: ResolveSection, live, stated, ments, rows: d
         verdicts = known if out is None else known.unionByName(out.select("a", "b", "same", "status", "error"))
     decided = save(RS.decide(scored, sec, verdicts), "decided")
     pairs_table = RS.stored_pairs(decided, current, score_fp, verdict_fp)
-    edges = decided.where("merge").select("a", "b", "score", "method")
+    # Saved apart: every components round (and the guard) reads the merge edges, which are a few
+    # percent of the decided pairs; filtered from `decided` each round, each round scanned them all.
+    edges = save(decided.where("merge").select("a", "b", "score", "method"), "merge-edges")
     labels, rows["cc_rounds"] = _components(save, sec, nodes, edges, "cc", notes)
     labels, cut = guarded(save, sec, edges, labels, notes)
     rows["guard_cut_edges"] = cut.count()
