@@ -402,4 +402,3 @@ def test_adjudication_and_summaries_on_the_real_model(spark, tmp_path):
         assert again.usage is not None and again.usage.calls == 0 and again.usage.cache_hits >= res.rows["summarised"]
     finally:
         ctx.close()
-
