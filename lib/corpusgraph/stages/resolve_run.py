@@ -66,11 +66,12 @@ def resolve_tables(io: ResolveIO, sec: ResolveSection, *, prompt_hash: str, mode
     if sec.method == "similarity":
         mapping, pairs_table = _similarity(io, sec, live, stated, ments, rows, notes, llm_model=llm_model,
                                            temperature=temperature, prompt=adjudicate_prompt)
-    groups = save(R.grouped(R.remap(ments, mapping)), "grouped")
+    groups = R.grouped(R.remap(ments, mapping))
     tables.overwrite("relationships", R.relationships(live, sec, mapping, stated))
     rels = tables.read("relationships")
     summaries = None
-    if sec.summarise_descriptions:
+    if sec.summarise_descriptions:  # the summariser's input and entities both read the groups
+        groups = save(groups, "grouped")
         out, rows["summarised"] = io.ask(RL.SummariseTask(sec, summarise_prompt, temperature),
                                          R.long_descriptions(groups, sec), "summarise")
         summaries = out.where(F.col("status") == "ok") if out is not None else None
