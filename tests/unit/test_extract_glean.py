@@ -33,6 +33,18 @@ def test_named_spans_skip_sentence_openers_but_keep_names():
     assert "The" not in spans and "Its" not in spans
 
 
+def test_single_words_count_as_names_except_where_a_sentence_opens():
+    # Opening the text, after . ! ? : ; or a quote (spaces between or not), or after a line
+    # break: a sentence opener, left out. After a comma or a plain space, or after leading spaces
+    # with no line break: a name.
+    assert named_spans("Acme sued Zeta") == {"Zeta"}
+    assert named_spans("Sued by Acme.  Zeta won! Ford lost? Kia: Opel; \"Seat\" went") == {"Acme"}
+    assert named_spans("went home\n  Zeta, then Ford \n Kia") == {"Ford"}
+    assert named_spans("  Zeta") == {"Zeta"}
+    assert named_spans("so, Zeta and\tFord") == {"Zeta", "Ford"}
+    assert named_spans("New York. Bank of England") == {"New York", "Bank of England"}  # runs are kept
+
+
 def test_covered_names_are_not_missing():
     assert uncovered_spans(TEXT, [ent("Journal of Mathematical Physics"), ent("American Institute of Physics"),
                                   ent("Jan Solovej", "PERSON")]) == set()
