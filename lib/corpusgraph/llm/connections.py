@@ -27,7 +27,7 @@ __all__ = ["SLOTS_PER_CLIENT", "ClientSet", "LoopClients"]
 
 SLOTS_PER_CLIENT = 8
 
-MakeClient = Callable[[int, ssl.SSLContext], aiohttp.ClientSession]  # (max_connections, tls) -> client
+MakeClient = Callable[[str, int, ssl.SSLContext], aiohttp.ClientSession]  # (endpoint, max_connections, tls) -> client
 
 
 class ClientSet:
@@ -43,7 +43,7 @@ class ClientSet:
         key = (url, slot // SLOTS_PER_CLIENT)
         client = self.by_shard.get(key)
         if client is None:
-            client = self.by_shard[key] = self._make(SLOTS_PER_CLIENT, self._tls())
+            client = self.by_shard[key] = self._make(url, SLOTS_PER_CLIENT, self._tls())
         return client
 
     async def aclose(self) -> None:

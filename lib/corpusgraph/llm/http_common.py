@@ -28,7 +28,7 @@ from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.connections import LoopClients
 from corpusgraph.llm.endpoints import EndpointPool
 
-__all__ = ["EndpointClient", "RETRY_AFTER_CAP_S", "Reply", "Retryable", "Fatal", "post", "backoff_delay", "new_http_client", "run_blocking",
+__all__ = ["EndpointClient", "RETRY_AFTER_CAP_S", "Reply", "Retryable", "Fatal", "post", "backoff_delay", "new_http_client", "env_route", "run_blocking",
            "server_message", "error_message", "retry_after"]
 
 _T = TypeVar("_T")
@@ -113,15 +113,41 @@ def backoff_delay(attempt: int, retry_after_s: float | None, base_s: float, max_
 
 
 def new_http_client(max_connections: int, tls: ssl.SSLContext, timeout_s: float,
-                    api_key: str | None) -> aiohttp.ClientSession:
+                    api_key: str | None, url: str) -> aiohttp.ClientSession:
     """An aiohttp session for one endpoint shard (connections.LoopClients makes them, inside
-    the event loop that uses it)."""
+    the event loop that uses it). url: the endpoint it talks to, whose proxy and .netrc login
+    from the environment are looked up once here (`env_route`)."""
     connector = aiohttp.TCPConnector(limit=max_connections, ssl=tls)
     # A total budget per attempt; connect gets less so a dead host fails fast.
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(10.0, timeout_s))
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    # trust_env: HTTP(S)_PROXY and NO_PROXY apply, as they did under httpx.
-    return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers, trust_env=True)
+    proxy, proxy_auth, auth = env_route(url, with_login=not api_key)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers, proxy=proxy,
+                                 proxy_auth=proxy_auth, auth=auth)
+
+
+def env_route(url: str, with_login: bool = True) -> tuple[Any, Any, Any]:
+    """(proxy, proxy_auth, auth) that aiohttp's trust_env finds for `url`: HTTP(S)_PROXY and
+    NO_PROXY, as under httpx before, and the host's .netrc login (with_login: only where no API
+    key is sent). trust_env looks them up again for every request, reading .netrc twice in
+    worker threads each time (a tenth of an extraction actor's CPU at 100k documents); a
+    session talks to one endpoint, so once per session is enough. Environment changes reach
+    the sessions made after them."""
+    from aiohttp import helpers
+    from yarl import URL
+
+    target = URL(url)
+    proxy = proxy_auth = auth = None
+    try:
+        proxy, proxy_auth = helpers.get_env_proxy_for_url(target)
+    except LookupError:
+        pass
+    if with_login and target.host is not None:
+        try:
+            auth = helpers.basicauth_from_netrc(helpers.netrc_from_env(), target.host)
+        except LookupError:
+            pass
+    return proxy, proxy_auth, auth
 
 
 def run_blocking(make: Callable[[], Awaitable[_T]], thread_name: str) -> _T:
@@ -178,8 +204,8 @@ class EndpointClient:
     def _delay(self, attempt: int, retry_after_s: float | None) -> float:
         return backoff_delay(attempt, retry_after_s, self.backoff_base_s, self.backoff_max_s)
 
-    def _new_client(self, max_connections: int, tls: ssl.SSLContext) -> aiohttp.ClientSession:
-        return new_http_client(max_connections, tls, self.timeout_s, self.api_key)
+    def _new_client(self, url: str, max_connections: int, tls: ssl.SSLContext) -> aiohttp.ClientSession:
+        return new_http_client(max_connections, tls, self.timeout_s, self.api_key, url)
 
 
 def server_message(resp: Reply | httpx.Response) -> str:
