@@ -209,10 +209,11 @@ def test_token_counts_by_parts_equal_whole_counts(corpus, lex):
 
     counter = scale_server.TokenCounter(limit=500)  # small: the cache is also started afresh on the way
     rng = random.Random(3)
-    alphabet = [" ", " ", "  ", "\n", "\r", "\t", "\u00a0", "a", "The", ".", ",", "7", "42", "'s", "é", ":", "{", '"']
+    alphabet = [" ", " ", "  ", "\n", "\r", "\t", "\x0b", "\x0c", "\u00a0", "a", "The", ".", ",", "7", "42", "'s", "é", ":", "{", '"']
     for _ in range(20_000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
         assert counter(text) == count_tokens(text), repr(text)
+        assert counter.repeated(text) == count_tokens(text), repr(text)  # kept whole, once seen
     section = ExtractSection(max_entities=4, max_relationships=4)
     texts = [d["text"][:1500] for d in corpus["docs"][20:26]]
     body = _pack_request(texts, section)
