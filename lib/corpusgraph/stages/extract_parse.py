@@ -31,22 +31,37 @@ def _items(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def _has(item: dict, keys: Iterable[str]) -> bool:
-    return all(k in item for k in keys)
+def _has(item: dict, keys: frozenset[str]) -> bool:
+    return item.keys() >= keys
 
 
+_ENTITY_KEYS, _REL_KEYS = frozenset(("name", "type")), frozenset(("source", "target", "strength"))
+_CLAIM_KEYS = frozenset(("subject", "type", "status"))
 _WORDS = re.compile(r"\w+")
+
+
+class _Grounding:
+    """grounded() for many names against one text: the text casefolded once, its word set made
+    on first need (an extraction answer checks ~30 names per unit)."""
+
+    def __init__(self, text: str) -> None:
+        self.folded = text.casefold()
+        self.words: set[str] | None = None
+
+    def __call__(self, name: str) -> bool:
+        folded = name.casefold()
+        if folded in self.folded:
+            return True
+        if self.words is None:
+            self.words = set(_WORDS.findall(self.folded))
+        return all(w in self.words for w in _WORDS.findall(folded))
 
 
 def grounded(name: str, text: str) -> bool:
     """Is the name written in the text? Case-insensitive, and word by word so spacing and
     punctuation may differ. In a packed call this is what keeps a name from one text out of
     another text's row (small models mix them up)."""
-    folded = text.casefold()
-    if name.casefold() in folded:
-        return True
-    words = set(_WORDS.findall(folded))
-    return all(w in words for w in _WORDS.findall(name.casefold()))
+    return _Grounding(text)(name)
 
 
 def parse_unit(obj: Any, section: ExtractSection, text: str | None = None
@@ -58,9 +73,10 @@ def parse_unit(obj: Any, section: ExtractSection, text: str | None = None
     dropped = 0
     allowed = {t.upper() for t in section.entity_types}
     notes: list[str] = []
+    ground = _Grounding(text) if text is not None else None
     entities, seen = [], set()
     for e in _items(obj.get("entities")):
-        if not isinstance(e, dict) or not _has(e, ("name", "type")):
+        if not isinstance(e, dict) or not _has(e, _ENTITY_KEYS):
             continue
         name, etype = _clean(e.get("name"), 80), _clean(e.get("type"), 40).upper()
         if not name:
@@ -70,19 +86,19 @@ def parse_unit(obj: Any, section: ExtractSection, text: str | None = None
             continue
         if (name.casefold(), etype) in seen:
             continue
-        if text is not None and not grounded(name, text):
+        if ground is not None and not ground(name):
             dropped += 1
             continue
         seen.add((name.casefold(), etype))
         entities.append({"name": name, "type": etype, "description": _clean(e.get("description"), 300)})
     rels = []
     for r in _items(obj.get("relationships")):
-        if not isinstance(r, dict) or not _has(r, ("source", "target", "strength")):
+        if not isinstance(r, dict) or not _has(r, _REL_KEYS):
             continue
         src, tgt = _clean(r.get("source"), 80), _clean(r.get("target"), 80)
         if not src or not tgt or src.casefold() == tgt.casefold():
             continue
-        if text is not None and not (grounded(src, text) and grounded(tgt, text)):
+        if ground is not None and not (ground(src) and ground(tgt)):
             dropped += 1
             continue
         try:
@@ -92,8 +108,8 @@ def parse_unit(obj: Any, section: ExtractSection, text: str | None = None
         rels.append({"source": src, "target": tgt, "description": _clean(r.get("description"), 300),
                      "strength": max(1, min(10, strength))})
     claims = parse_claims(obj.get("claims"), section) if section.claims else []
-    if text is not None:
-        kept = [c for c in claims if grounded(c["subject"], text)]
+    if ground is not None:
+        kept = [c for c in claims if ground(c["subject"])]
         dropped += len(claims) - len(kept)
         claims = kept
     if dropped:
@@ -105,7 +121,7 @@ def parse_claims(items: Any, section: ExtractSection) -> list[dict]:
     """Claims with a subject, a type and a known status; dates kept only when they look like dates."""
     out = []
     for c in items if isinstance(items, list) else []:
-        if not isinstance(c, dict) or not _has(c, ("subject", "type", "status")):
+        if not isinstance(c, dict) or not _has(c, _CLAIM_KEYS):
             continue
         subject, ctype, status = _clean(c.get("subject"), 80), _clean(c.get("type"), 40).upper(), _clean(c.get("status"), 12).upper()
         if not subject or not ctype or status not in CLAIM_STATUSES:
