@@ -91,6 +91,8 @@ def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray:
     inputs = st.spark.read.parquet(st.spark_location(st.handoff(part)))
     keyed = inputs.withColumn(UNIT, F.sha2(F.to_json(F.struct(*[F.col(c) for c in inputs.columns])), 256))
     folder = st.progress_dir(part, fingerprint(task, llm.model, llm.temperature))
+    # A folder empty at the start holds, at the end, answers to this pass's rows only.
+    fresh = _shards(st, folder) is None
     todo = _pending(st, keyed, folder, part)
     if todo < n:
         st.log(f"  {st.name}: {n - todo} of {n} rows already answered by an earlier attempt (durable under {folder})")
@@ -113,9 +115,11 @@ def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray:
         raise RuntimeError(f"{st.name}: the LLM pass {part!r} wrote no output under {folder}")
     # One row per key: a successful answer over a failed one, the latest over older ones; only
     # keys of this pass's input (an earlier attempt may have answered rows no longer pending).
+    # That filter hashes every input row again (texts and priors included) and joins; a pass
+    # that started on an empty folder has no other keys to filter out, and skips it.
     best = Window.partitionBy(UNIT).orderBy(F.coalesce(F.col("llm_failed"), F.lit(False)).asc(), F.col(WRITTEN).desc())
-    out = (shards.join(keyed.select(UNIT), UNIT, "left_semi")
-           .withColumn("_pick", F.row_number().over(best)).where(F.col("_pick") == 1).drop("_pick"))
+    mine = shards if fresh else shards.join(keyed.select(UNIT), UNIT, "left_semi")
+    out = mine.withColumn("_pick", F.row_number().over(best)).where(F.col("_pick") == 1).drop("_pick")
     out = save(st, out, part + "-out")
     # Only the pass's seven usage sums come to the driver (one row); a row paid by an earlier
     # attempt counts as a cache hit of this one.
