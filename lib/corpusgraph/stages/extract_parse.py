@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from ..config import ExtractSection
 from ..llm.base import ChatResult
