@@ -70,10 +70,9 @@ def lost_to_a_crash(exc: BaseException) -> bool:
     return False
 
 
-def _pending(st: StageContext, keyed, folder: str, part: str) -> int:
-    """The rows of `keyed` with no successful answer in the progress folder, saved as hand-off
-    `<part>-pending`; how many they are."""
-    earlier = _shards(st, folder)
+def _pending(st: StageContext, keyed, earlier, part: str) -> int:
+    """The rows of `keyed` with no successful answer among `earlier` (the progress folder's
+    shards, `_shards`; None: none yet), saved as hand-off `<part>-pending`; how many they are."""
     pending = keyed
     if earlier is not None:
         done = earlier.where(~F.coalesce(F.col("llm_failed"), F.lit(False))).select(UNIT)
@@ -91,9 +90,10 @@ def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray:
     inputs = st.spark.read.parquet(st.spark_location(st.handoff(part)))
     keyed = inputs.withColumn(UNIT, F.sha2(F.to_json(F.struct(*[F.col(c) for c in inputs.columns])), 256))
     folder = st.progress_dir(part, fingerprint(task, llm.model, llm.temperature))
+    earlier = _shards(st, folder)
     # A folder empty at the start holds, at the end, answers to this pass's rows only.
-    fresh = _shards(st, folder) is None
-    todo = _pending(st, keyed, folder, part)
+    fresh = earlier is None
+    todo = _pending(st, keyed, earlier, part)
     if todo < n:
         st.log(f"  {st.name}: {n - todo} of {n} rows already answered by an earlier attempt (durable under {folder})")
     for attempt in range(1, PASS_TRIES + 1):
@@ -106,7 +106,7 @@ def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray:
         except Exception as exc:
             if attempt == PASS_TRIES or not lost_to_a_crash(exc):
                 raise
-            todo = _pending(st, keyed, folder, part)
+            todo = _pending(st, keyed, _shards(st, folder), part)
             st.log(f"  {st.name}: Ray lost a worker under the pass ({type(exc).__name__}); {todo} rows have no "
                    f"durable answer yet: resuming them (try {attempt + 1} of {PASS_TRIES})")
             time.sleep(RETRY_WAIT_S * attempt)
