@@ -33,6 +33,7 @@ class ScriptedServer(ThreadingHTTPServer):
         self.calls: dict[str, int] = {}
         self.bodies: list[dict] = []
         self.headers_seen: list[dict] = []
+        self.targets: list[str] = []  # each request line's target (absolute when sent through a proxy)
         self.inflight = 0
         self.max_inflight = 0
 
@@ -69,6 +70,7 @@ class Handler(BaseHTTPRequestHandler):
             srv.calls[script] = n + 1
             srv.bodies.append(body)
             srv.headers_seen.append(dict(self.headers))
+            srv.targets.append(self.path)
             srv.inflight += 1
             srv.max_inflight = max(srv.max_inflight, srv.inflight)
         steps = script.split(",")
@@ -408,41 +410,21 @@ def test_a_cancelled_group_commit_leaves_no_put_waiting(tmp_path):
     assert [type(e) for e in asyncio.run(go())] == [RuntimeError, RuntimeError]
 
 
-class PathSeen(Handler):
-    """The scripted server, also recording each request line's target (absolute through a proxy)."""
-
-    def do_POST(self):
-        self.server.targets.append(self.path)
-        super().do_POST()
-
-
-@pytest.fixture
-def proxy_server():
-    srv = ScriptedServer()
-    srv.RequestHandlerClass = PathSeen
-    srv.targets = []
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def test_the_environments_proxy_and_no_proxy_apply(proxy_server, monkeypatch):
+def test_the_environments_proxy_and_no_proxy_apply(server, monkeypatch):
     # The endpoint's host does not resolve: only the proxy from HTTP_PROXY can carry the call.
-    hostport = proxy_server.base_url.split("//")[1].split("/")[0]
+    hostport = server.base_url.split("//")[1].split("/")[0]
     monkeypatch.setenv("HTTP_PROXY", f"http://{hostport}")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
     far = OpenAIChatModel("m", "http://llm.invalid/v1", timeout_s=5.0, max_retries=0)
     first = far.complete([req("ok", rid="a"), req("ok", rid="b")])
     assert [(r.text, r.error) for r in first] == [("answer:ok", None)] * 2
-    assert proxy_server.targets == ["http://llm.invalid/v1/chat/completions"] * 2
+    assert server.targets == ["http://llm.invalid/v1/chat/completions"] * 2
     # NO_PROXY names the host: the call goes direct, and fails to resolve it.
     monkeypatch.setenv("NO_PROXY", "llm.invalid")
     [r] = OpenAIChatModel("m", "http://llm.invalid/v1", timeout_s=5.0, max_retries=0).complete([req("ok", rid="c")])
     assert r.text is None and "connection error" in r.error
-    assert len(proxy_server.targets) == 2
+    assert len(server.targets) == 2
 
 
 def test_a_netrc_login_is_sent_where_no_api_key_is(server, monkeypatch, tmp_path):
