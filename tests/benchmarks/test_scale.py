@@ -101,7 +101,13 @@ def config_for(n: int, corpus, run_dir, base_url: str, inputs=None):
         "resolve.method": METHOD, "resolve.llm_adjudication": "true" if adjudicate else "false",
     }
     emb = embedding_overrides(base_url)
-    return load_config(REPO / "conf" / "local.yaml", {**overrides, **(emb or {})}), emb is not None
+    cfg = load_config(REPO / "conf" / "local.yaml", {**overrides, **(emb or {})})
+    # Joins whose smaller side is under this are broadcast (Spark's default is 10 MB). At 1M
+    # documents the per-node tables that resolve joins with the 47M candidate pairs (node
+    # signatures, component labels, the mapping) are ~100 MB; under the default each of those
+    # joins sorts the pairs. The bound, not the corpus, sets what the driver holds.
+    cfg.spark.extra["spark.sql.autoBroadcastJoinThreshold"] = os.environ.get(ENV + "BROADCAST", "256m")
+    return cfg, emb is not None
 
 
 def start_spark(cfg, tmp):
