@@ -13,7 +13,8 @@ precision and recall against the corpus's truth, and os.getloadavg() before and 
 
 The machine has 2 cores shared with other work: timings are under whatever load the load
 averages show. Settings (env): CORPUSGRAPH_BENCH_SCALE_SEED (0), _DRIVER_MEMORY (6g),
-_ACTORS (2), _CONCURRENCY (32 per actor), _CHAT_LATENCY_S (0), _ADJUDICATE (0: the ambiguous
+_ACTORS (2), _CONCURRENCY (32 per actor), _BROADCAST (256m: spark.sql.autoBroadcastJoinThreshold,
+see config_for), _CHAT_LATENCY_S (0), _ADJUDICATE (0: the ambiguous
 band does not merge, as in test_resolution.py; 1: the server answers it from the truth),
 _STAGES (default every stage; embed is left out, and said so, while the product has no
 embedding backend to point at the server), _RESUME (1: keep the size's warehouse and LLM cache
