@@ -8,16 +8,15 @@ runtime's own Spark session.
 own options so that they win: Ray starts inside this Spark application with
 ray.util.spark.setup_ray_cluster, the head on the driver and N Ray worker nodes as Spark tasks on
 the executors, when the first stage needs Ray, and is shut down when the command ends
-(corpusgraph/ray_spark.py). Setting ray.address: spark in the config file does the same without
-the option. index and update open that scope themselves (cli._run_pipeline); for the other
+(corpusgraph/runner/passes/cluster.py). Setting ray.address: spark in the config file does the same without
+the option. index and update open that scope themselves (cli.main._run_pipeline); for the other
 commands (estimate --calibrate) this script opens it. The Databricks bundle
 (conf/databricks/databricks.yml) passes --ray-workers; under a plain spark-submit Ray may also
 run apart (conf/cluster.yaml, ray.address host:port).
 
 On Databricks (DATABRICKS_RUNTIME_VERSION set) the job already has a Spark session with Delta
-built in and no jars/ folder: corpusgraph's build_spark, which adds the Delta jars that `make
-setup` fetched, is swapped for that session. (That belongs in corpusgraph.spark.build_spark
-itself; it is here until build_spark learns it.)
+built in and no jars/ folder: corpusgraph.use_active_session() makes build_spark, which would add
+the Delta jars that `make setup` fetched, hand out that session instead.
 """
 
 from __future__ import annotations
@@ -41,16 +40,6 @@ def on_databricks() -> bool:
     return bool(os.environ.get("DATABRICKS_RUNTIME_VERSION"))
 
 
-def _use_runtime_session() -> None:
-    import corpusgraph.spark
-    from pyspark.sql import SparkSession
-
-    def runtime_session(section, **_ignored):
-        return SparkSession.builder.getOrCreate()
-
-    corpusgraph.spark.build_spark = runtime_session  # the CLI imports it at call time
-
-
 def ray_sets(opts: argparse.Namespace) -> list[str]:
     """The job options as the config settings they stand for (--set pairs)."""
     if opts.ray_workers < 0:
@@ -63,16 +52,14 @@ def ray_sets(opts: argparse.Namespace) -> list[str]:
     return [a for s in sets for a in ("--set", s)]
 
 
-# The commands that open the Ray-on-Spark scope themselves (cli._run_pipeline).
+# The commands that open the Ray-on-Spark scope themselves (cli.main._run_pipeline).
 OPENS_ITS_OWN_SCOPE = {"index", "update"}
 
 
 def _config_and_spark(command: str, rest: Sequence[str]):
     """The config the command will read, and (for ray.address 'spark') the session it will use,
     made first: setup_ray_cluster needs an active one."""
-    from corpusgraph.cli import build_parser
-    from corpusgraph.config import load_config
-    from corpusgraph.spark import build_spark
+    from corpusgraph import build_parser, build_spark, load_config
 
     args = build_parser().parse_args([command, *rest])
     overrides = dict(pair.split("=", 1) for pair in args.set)
@@ -83,16 +70,14 @@ def _config_and_spark(command: str, rest: Sequence[str]):
 
 
 def run(command: str, argv: Sequence[str]) -> int:
-    from corpusgraph.cli import main
+    from corpusgraph import main, ray_on_spark, use_active_session
 
     opts, rest = parser().parse_known_args(list(argv))
     argv = [command, "--submitted", *rest, *ray_sets(opts)]
     if on_databricks():
-        _use_runtime_session()
+        use_active_session()
     if command in OPENS_ITS_OWN_SCOPE:
         return main(argv)
-    from corpusgraph.ray_spark import ray_on_spark
-
     cfg, spark = _config_and_spark(command, argv[1:])
     if spark is None:
         return main(argv)

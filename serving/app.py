@@ -99,7 +99,7 @@ async def _poll(holder: EngineHolder, every_s: float, loaded: asyncio.Task) -> N
 
 
 def _run_in_progress(warehouse: str) -> str | None:
-    from corpusgraph.runlock import running
+    from corpusgraph.storage.runlock import running
 
     return running(warehouse)
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Iterator, Union
 
 from corpusgraph.config import Config
 from corpusgraph.query.engine import QueryEngine
-from corpusgraph.storage import S3Settings, open_delta
+from corpusgraph.storage.locations import S3Settings, open_delta
 from corpusgraph.tables import table_path
 
 __all__ = ["EngineFactory", "EngineHolder", "Loaded", "default_engine_factory", "scrub_paths"]
@@ -94,7 +94,7 @@ class EngineHolder:
         self.current: Loaded | None = None
         self.error: str | None = None
         self.load_seconds: float | None = None
-        self.busy = busy  # warehouse -> the run writing it, or None (corpusgraph.runlock)
+        self.busy = busy  # warehouse -> the run writing it, or None (corpusgraph.storage.runlock)
         self.store_loader = store_loader
         self.views = sorted(views, key=sorted)
         self._stack = ExitStack()

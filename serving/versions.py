@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Callable, TypeVar
 
-from corpusgraph.storage import S3Settings, open_delta
+from corpusgraph.storage.locations import S3Settings, open_delta
 from corpusgraph.tables import table_path
 
 __all__ = ["QUERY_TABLES", "table_versions", "version_id", "load_consistent", "IndexChanging"]
@@ -56,7 +56,7 @@ def load_consistent(warehouse: str, load: Callable[[], T], *, attempts: int = 3,
                     s3: S3Settings | None = None) -> tuple[T, dict[str, int]]:
     """`load()` and the table versions it read, retried while a table moves under it.
 
-    busy() names a run writing the warehouse (corpusgraph.runlock), or None: while one runs its
+    busy() names a run writing the warehouse (corpusgraph.storage.runlock), or None: while one runs its
     tables are between versions of the index, so nothing is loaded.
     """
     for attempt in range(1, attempts + 1):

@@ -21,7 +21,7 @@ def pytest_collection_modifyitems(items):
 def spark(tmp_path_factory):
     """One local[2] Spark session with Delta for the whole test run (start-up is ~10 s)."""
     from corpusgraph.config import SparkSection
-    from corpusgraph.spark import build_spark
+    from corpusgraph.runner.spark import build_spark
 
     tmp = tmp_path_factory.mktemp("spark")
     section = SparkSection(
@@ -45,7 +45,7 @@ def spark(tmp_path_factory):
 @pytest.fixture
 def warehouse(spark, tmp_path):
     """A fresh, empty set of Delta tables per test."""
-    from corpusgraph.delta_io import Warehouse
+    from corpusgraph.storage.warehouse import Warehouse
 
     wh = Warehouse(spark, str(tmp_path / "warehouse"))
     wh.ensure_all()

@@ -20,7 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def spark_session(ui=True):
     from corpusgraph.config import SparkSection
-    from corpusgraph.spark import build_spark
+    from corpusgraph.runner.spark import build_spark
 
     sec = SparkSection(master="local[2]", driver_memory="6g", shuffle_partitions=20,
                        jars_dir=os.path.join(REPO, "jars"),

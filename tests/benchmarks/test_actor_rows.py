@@ -1,6 +1,6 @@
 """CPU an LLM actor spends turning answers into Arrow rows, per answer (issue 13's per-call cost).
 
-The extraction actor (ray_runner._LLMWorker) used to make a one-row Arrow table for each answer as
+The extraction actor (passes.llm._LLMWorker) used to make a one-row Arrow table for each answer as
 it came and concatenate them when a shard was written; it now keeps the answered rows as dicts and
 builds one table per shard. Both ways are timed here on real extraction answers: a seeded synthetic
 corpus (synthetic_corpus.py), packed and prompted by the product's PackTask, answered by the
@@ -28,8 +28,8 @@ import pytest
 from corpusgraph.config import ExtractSection
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.llm.openai_http import request_body
-from corpusgraph.ray_runner import _LLMWorker, output_schema
-from corpusgraph.stages.extract import PackTask, extract_identity
+from corpusgraph.runner.passes.llm import _LLMWorker, output_schema
+from corpusgraph.stages.extract.llm import PackTask, extract_identity
 from tests.benchmarks import scale_server, synthetic_corpus
 from tests.conftest import REPO
 

@@ -68,7 +68,8 @@ def build(n: int) -> tuple[str, str, dict]:
     """Index the corpus of n documents through reports with per-domain reports; (wh, idx, stage rows)."""
     import ray
 
-    from corpusgraph.pipeline import RunContext, run_index
+    from corpusgraph.runner.pipeline import run_index
+    from corpusgraph.runner.run import RunContext
 
     corpus = ROOT.parent / "scale" / f"corpus-{n}"
     synthetic_corpus.ensure(corpus, n, 0)
@@ -195,7 +196,8 @@ def build_podcast(spark, cfg, folder, docs) -> dict:
     same episodes is there; returns seconds per stage of the build that made the index."""
     import hashlib
 
-    from corpusgraph.pipeline import RunContext, run_index
+    from corpusgraph.runner.pipeline import run_index
+    from corpusgraph.runner.run import RunContext
 
     index_config = cfg.model_dump(mode="json", exclude={"query": True, "serve": True,
                                                         "llm": {"api_key", "api_base", "api_bases"}})

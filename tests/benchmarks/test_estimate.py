@@ -58,10 +58,13 @@ def _cfg(root: Path, inputs: Path, cache: str):
 
 
 def _compare(spark, root: Path, name: str, inputs: Path) -> dict:
-    from corpusgraph.estimate import CostSections, ExtractCounting, Rates, count_units, estimate_from_counts, run_estimate
-    from corpusgraph.estimate import report_overhead
+    from corpusgraph.estimate.count import ExtractCounting, count_units
+    from corpusgraph.estimate.count import report_overhead
+    from corpusgraph.estimate.model import CostSections, Rates, estimate_from_counts
     from corpusgraph.prompts import load_prompt
-    from corpusgraph.pipeline import RunContext, run_index
+    from corpusgraph.runner.dry_run import run_estimate
+    from corpusgraph.runner.pipeline import run_index
+    from corpusgraph.runner.run import RunContext
 
     est_cfg = _cfg(root, inputs, "estimate-cache")  # its own cache: the calibration calls are not reused
     est, _ = run_estimate(est_cfg, spark, calibrate_n=CALIBRATE)

@@ -156,7 +156,8 @@ class _Proxied:
 
 
 def run_ours(spark, root: Path, docs: list[dict]) -> dict:
-    from corpusgraph.pipeline import RunContext, run_index
+    from corpusgraph.runner.pipeline import run_index
+    from corpusgraph.runner.run import RunContext
 
     inputs = root / "in"
     inputs.mkdir(parents=True)

@@ -3,7 +3,7 @@
 The server (fixed_latency_server.py, a separate process) serves at most `slots` requests at
 once, each in exactly LATENCY_S, so its capacity is slots / LATENCY_S requests per second. The
 extract stage runs the product path over UNITS synthetic text units: Parquet hand-off ->
-ray_runner.run_llm_task (Ray Data, actor pool, OpenAIChatModel, response cache) -> Parquet.
+passes.llm.run_llm_task (Ray Data, actor pool, OpenAIChatModel, response cache) -> Parquet.
 
 Two rates are reported per slot count, both as a fraction of capacity:
 - fraction_of_capacity: requests served / the server's busy window (first arrival to last
@@ -49,8 +49,8 @@ import pytest
 
 from corpusgraph.config import ExtractSection, LLMSection, RaySection
 from corpusgraph.prompts import load_prompt
-from corpusgraph.ray_runner import run_llm_task, usage_from_outputs
-from corpusgraph.stages.extract import ExtractPrompts, PackTask, pack_batch
+from corpusgraph.runner.passes.llm import run_llm_task, usage_from_outputs
+from corpusgraph.stages.extract.llm import ExtractPrompts, PackTask, pack_batch
 from tests.benchmarks import graphrag_side
 from tests.benchmarks.child_server import ChildServer
 from tests.conftest import REPO

@@ -1,4 +1,4 @@
-"""The merge mapping (resolve_merge.decisions), measured: the product's one-aggregation form
+"""The merge mapping (resolve.merge.decisions), measured: the product's one-aggregation form
 against the form before it, same run, same inputs.
 
 decisions() turns every decided candidate pair into its two names' decisions: each name's best
@@ -11,7 +11,7 @@ aggregation.
 
 Inputs: generated mentions (resolution_set.generate_mentions, CORPUSGRAPH_BENCH_MAPPING_MENTIONS,
 default 300k) through the product's blocking, scoring, decisions, components and chain guard,
-each saved as steps.resolve saves it. Each form's mapping is written to Parquet, alternately,
+each saved as steps.index.resolve saves it. Each form's mapping is written to Parquet, alternately,
 three passes each; the first of each is warm-up and not counted. The entity, the score and the
 rejected score must be the same on every name; the method, rejected entity, reason and error may
 differ only where two pairs tie on score (the form before broke ties in no set order; the
@@ -46,11 +46,11 @@ COLS = ["entity_id", "score", "method", "rejected_id", "rejected_score", "reject
 
 
 def two_way_reference(nodes_df, labels, decided, cut=None):
-    """resolve_merge.decisions as it was before the one-aggregation form (the reference); the
+    """resolve.merge.decisions as it was before the one-aggregation form (the reference); the
     guard's cut and the output columns are the product's (with_cut, mapping_columns), the same in both forms."""
     from pyspark.sql import functions as F
 
-    from corpusgraph.stages import resolve_merge as RM
+    from corpusgraph.stages.resolve import merge as RM
 
     lab = labels.select("node_id", F.col("label").alias("entity_id"))
     d = RM.with_cut(decided.select("a", "b", "score", "merge", "method", "reason", "error"), cut)
@@ -72,9 +72,9 @@ def two_way_reference(nodes_df, labels, decided, cut=None):
 def test_one_aggregation_gives_the_same_mapping_faster(spark, tmp_path):  # noqa: F811
     from pyspark.sql import functions as F
 
-    from corpusgraph.stages import resolve_merge as RM
-    from corpusgraph.stages import resolve_run as RR
-    from corpusgraph.stages import resolve_score as RS
+    from corpusgraph.runner.steps import resolve as RR
+    from corpusgraph.stages.resolve import merge as RM
+    from corpusgraph.stages.resolve import score as RS
 
     rows, _ = generate_mentions(MENTIONS, seed=7)
     ctx = fresh_context(spark, tmp_path / "run")
@@ -126,7 +126,7 @@ def test_one_aggregation_gives_the_same_mapping_faster(spark, tmp_path):  # noqa
         "reference_over_product": round(b / a, 2),
         "names_differing_per_column": differ,
         "names_with_a_score_tie": tied,
-        "how": "resolve_merge.decisions(nodes, labels, decided, cut) written to Parquet, against the form before "
+        "how": "resolve.merge.decisions(nodes, labels, decided, cut) written to Parquet, against the form before "
                f"it; alternately, {ROUNDS} passes each, the first of each not counted; Spark local[2], 6g driver",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Spark local[2]",
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],

@@ -1,12 +1,12 @@
 """Pair scoring, measured: the product's hashed-set features against string sets, same run.
 
-resolve_score.pair_features prepares each node's side once (_node_side) and intersects its three
+resolve.score.pair_features prepares each node's side once (_node_side) and intersects its three
 sets (character trigrams, description words, neighbour keys) as arrays of 64-bit hashes. The
 reference here is the same pair code fed string sets instead (_node_side with the strings kept),
 which is what a pair intersected before the hashing. Both score the candidate pairs of generated
 mentions (resolution_set.generate_mentions, CORPUSGRAPH_BENCH_PAIR_SCORING_MENTIONS, default
-200k) that the product's blocking gives (test_resolution.blocking_pairs: the frames steps.resolve
-saves), each written to Parquet as steps.resolve writes "scored-now", alternately, three times
+200k) that the product's blocking gives (test_resolution.blocking_pairs: the frames steps.index.resolve
+saves), each written to Parquet as steps.index.resolve writes "scored-now", alternately, three times
 each; the first pass of each is JIT warm-up and not counted. Every feature, the score and
 type_clash must be the same on every pair: the hashing is a speed change, not a scoring change
 (SCORE_VERSION unchanged, stored scores stay valid).
@@ -55,7 +55,7 @@ def string_side(product_side):
 def test_hashed_sets_score_the_same_pairs_faster(spark, tmp_path, monkeypatch):  # noqa: F811
     from pyspark.sql import functions as F
 
-    from corpusgraph.stages import resolve_score as RS
+    from corpusgraph.stages.resolve import score as RS
 
     rows, _ = generate_mentions(MENTIONS, seed=7)
     ctx = fresh_context(spark, tmp_path / "run")

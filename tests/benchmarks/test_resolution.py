@@ -1,7 +1,7 @@
 """Entity resolution, measured: merge quality on a labelled set, and blocking cost at scale.
 
 Quality: the labelled set of resolution_set.py (seed 2; the score weights in the config were fit
-on seed 1) goes through the real resolve step (steps.resolve on Delta tables, local Spark) twice,
+on seed 1) goes through the real resolve step (steps.index.resolve on Delta tables, local Spark) twice,
 with method "exact" and with method "similarity"; pairwise precision and recall over mentions.
 LLM adjudication is off here: the bundled 135M model is not a judge worth measuring, so the
 ambiguous band does not merge and the figures are the Spark resolver's alone.
@@ -9,10 +9,10 @@ ambiguous band does not merge and the figures are the Spark resolver's alone.
 Scale: generated sets of exactly 10k, 100k and 1M mentions (resolution_set.generate_mentions:
 the same entity families and name variants, drawn from a vocabulary extended with made-up names
 and a skewed pick, so that blocks have realistic sizes) through the product's blocking
-(stages/resolve_blocking.py: nodes, block keys, candidate pairs, as steps.resolve runs them,
+(stages/resolve/blocking.py: nodes, block keys, candidate pairs, as steps.index.resolve runs them,
 each frame written and read back); pairs scored as a fraction of n^2 (n = mentions; every
 candidate pair is scored, so candidate pairs = pairs scored, which the quality run checks
-against steps.resolve's own pairs_scored) and seconds from the extractions table to the pairs
+against steps.index.resolve's own pairs_scored) and seconds from the extractions table to the pairs
 written. Spark local[2] with CORPUSGRAPH_BENCH_RESOLUTION_DRIVER_MEMORY (default 6g) of driver
 memory. CORPUSGRAPH_BENCH_RESOLUTION_SIZES (comma-separated) can shorten the list (the results
 file then holds only the sizes of that run).
@@ -50,7 +50,7 @@ def spark(tmp_path_factory):
     from pyspark.sql import SparkSession
 
     from corpusgraph.config import SparkSection
-    from corpusgraph.spark import build_spark
+    from corpusgraph.runner.spark import build_spark
 
     existing = SparkSession.getActiveSession()
     if existing is not None:  # the suite's own session: use it, and leave stopping it to its owner
@@ -75,7 +75,7 @@ def load_extractions(ctx, rows, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from corpusgraph import steps
+    from corpusgraph.runner.steps import index as steps
     from corpusgraph.tables import table
 
     _, phash, model = steps.extract_identity(ctx)
@@ -100,7 +100,7 @@ def predicted(ctx, gold):
 
 
 def run_quality(spark, tmp_path, method, seed=2, **overrides):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     rows, gold = generate(QUALITY_ENTITIES, seed=seed)
     ctx = fresh_context(spark, tmp_path / method, **{"resolve.method": method, **overrides})
@@ -113,12 +113,12 @@ def run_quality(spark, tmp_path, method, seed=2, **overrides):
 
 
 def blocking_pairs(ctx):
-    """The first half of steps.resolve (similarity), through the product's own functions:
+    """The first half of steps.index.resolve (similarity), through the product's own functions:
     live extractions -> mentions -> nodes -> block keys -> candidate pairs, each frame written
-    to the run's hand-off folder and read back as steps.resolve does. (nodes, pairs)."""
-    from corpusgraph import steps
-    from corpusgraph.stages import resolve as resolve_stage
-    from corpusgraph.stages import resolve_blocking as RB
+    to the run's hand-off folder and read back as steps.index.resolve does. (nodes, pairs)."""
+    from corpusgraph.runner.steps import index as steps
+    from corpusgraph.stages.resolve import mentions as resolve_stage
+    from corpusgraph.stages.resolve import blocking as RB
 
     _, phash, model = steps.extract_identity(ctx)
     sec = ctx.cfg.resolve
@@ -158,7 +158,7 @@ def test_resolution_quality_and_blocking_scale(spark, tmp_path):
     print(f"exact: P={p_exact:.3f} R={r_exact:.3f} ({s_exact:.1f}s); similarity: P={p:.3f} R={r:.3f} "
           f"({s_sim:.1f}s) {res.rows}")
     # The scale figures below come from blocking_pairs(); on the quality set it must find exactly
-    # the pairs steps.resolve scored.
+    # the pairs steps.index.resolve scored.
     q_names, q_pairs = blocking_pairs(qctx)
     assert (q_names, q_pairs) == (res.rows["nodes"], res.rows["pairs_scored"]), (q_names, q_pairs, res.rows)
     out = {"precision": round(p, 4), "recall": round(r, 4), "exact_name_precision": round(p_exact, 4),
@@ -169,7 +169,7 @@ def test_resolution_quality_and_blocking_scale(spark, tmp_path):
     out["scale_sets"] = {}
     out["names"] = {}
     out["shuffle_partitions"] = {}
-    out["seconds_measure"] = {"quality_*": "steps.resolve whole (blocking, scoring, merging, aliases)",
+    out["seconds_measure"] = {"quality_*": "steps.index.resolve whole (blocking, scoring, merging, aliases)",
                               "sizes": "blocking and candidate pairs (extractions table to pairs written)"}
     out["machine"] = (f"{platform.machine()}, {os.cpu_count()} cores, Spark local[2], driver memory "
                       f"{spark.conf.get('spark.driver.memory')}, {platform.system()}")

@@ -107,7 +107,8 @@ def build_index(spark, name: str, *, folder: Path | None = None, docs: Path | No
     """
     import os
 
-    from corpusgraph.pipeline import RunContext, run_index
+    from corpusgraph.runner.pipeline import run_index
+    from corpusgraph.runner.run import RunContext
 
     folder = folder or CACHE / name
     docs = docs or SHARED_DATA / name / "docs.jsonl"

@@ -113,7 +113,7 @@ def config_for(n: int, corpus, run_dir, base_url: str, inputs=None):
 
 def start_spark(cfg, tmp):
     from corpusgraph.config import SparkSection
-    from corpusgraph.spark import build_spark
+    from corpusgraph.runner.spark import build_spark
 
     section = SparkSection(**{**cfg.spark.model_dump(), "master": "local[2]", "jars_dir": str(REPO / "jars"),
                               "extra": {**cfg.spark.extra, "spark.sql.warehouse.dir": str(tmp / "spark-wh"),
@@ -168,7 +168,8 @@ def table_counts(ctx) -> dict:
 def measure_size(n: int, stages: list[str]) -> dict:
     import ray
 
-    from corpusgraph.pipeline import RunContext, run_index
+    from corpusgraph.runner.pipeline import run_index
+    from corpusgraph.runner.run import RunContext
 
     corpus = folder("corpus", n)
     t0 = time.perf_counter()
@@ -376,7 +377,7 @@ def test_scale_estimate():
     the size was also indexed, its estimate stands beside the actual calls and tokens."""
     import ray
 
-    from corpusgraph.estimate import run_estimate
+    from corpusgraph.runner.dry_run import run_estimate
 
     sizes = [int(s) for s in os.environ.get(ENV + "ESTIMATE_SIZES", "").split(",") if s.strip()]
     if not sizes:

@@ -62,8 +62,8 @@ def stage_figures(results: dict, sampler: ProcessSampler) -> dict:
 def test_update_plus_and_minus_one_percent():
     import ray
 
-    from corpusgraph.pipeline import RunContext
-    from corpusgraph.update import run_update
+    from corpusgraph.runner.pipeline import run_update
+    from corpusgraph.runner.run import RunContext
 
     scale = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     full = next((s for s in scale.get("sizes", []) if s["documents"] == N), None)

@@ -65,7 +65,7 @@ def free_port() -> int:
 def build_index(root: Path) -> tuple[str, str]:
     """The Saltreach world, its vectors made by MiniLM (what the service embeds questions with)."""
     from corpusgraph.llm.minilm import MiniLMEmbedder
-    from corpusgraph.query.vectors import write_index
+    from corpusgraph.storage.vectors import write_index
     from tests.unit import query_fixtures as fx
 
     wh, index_dir = fx.build_tiny_index(root)
@@ -96,7 +96,7 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 180.0) -> No
 def start_service(port: int, sets: dict[str, str], log_path: Path, *args: str) -> subprocess.Popen:
     """`corpusgraph serve` in its own process on 127.0.0.1:`port` with the config overrides `sets`
     and the bench key, one BLAS thread per request, stderr to `log_path`."""
-    cmd = [sys.executable, "-m", "corpusgraph.cli", "serve", "--conf", str(REPO / "conf" / "local.yaml"),
+    cmd = [sys.executable, "-m", "corpusgraph.cli.main", "serve", "--conf", str(REPO / "conf" / "local.yaml"),
            "--port", str(port), "--api-key", API_KEY, "--log-level", "warning", *args]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]

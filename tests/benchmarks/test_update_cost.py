@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from corpusgraph.config import load_config
-from corpusgraph.pipeline import RunContext, run_index
-from corpusgraph.update import run_update
+from corpusgraph.runner.pipeline import run_index
+from corpusgraph.runner.pipeline import run_update
+from corpusgraph.runner.run import RunContext
 from tests.benchmarks import scripted_server
 from tests.conftest import REPO, SHARED_DATA
 

@@ -12,7 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from corpusgraph.storage import S3Settings, arrow_filesystem
+from corpusgraph.storage.locations import S3Settings, arrow_filesystem
 from tests.distributed.cluster import VENV_BIN, Daemons, free_ports, port_open, wait_until
 
 

@@ -55,7 +55,7 @@ BUCKET = "corpusgraph"
 COMPARED = ("documents", "text_units", "extractions", "entities", "entity_aliases", "relationships", "claims",
             "communities", "community_reports", "embeddings")
 CONCURRENCY, ACTORS = 8, 2
-BATCH = max(8, CONCURRENCY)  # rows an actor answers before it writes a shard (ray_runner.py)
+BATCH = max(8, CONCURRENCY)  # rows an actor answers before it writes a shard (runner/passes/llm.py)
 CHAT_LATENCY_S = 0.05
 KILL_AT = 1 / 3  # of the clean extraction's answers, estimated from the corpus (see _expected_extract)
 RESULTS = REPO / "tests" / "benchmarks" / "results" / "cluster.json"
@@ -120,7 +120,7 @@ def _canonical(value):
 
 
 def _tables(warehouse: str, s3=None) -> dict[str, list[str]]:
-    from corpusgraph.storage import open_delta
+    from corpusgraph.storage.locations import open_delta
     from corpusgraph.tables import table_path
 
     out = {}
@@ -132,7 +132,7 @@ def _tables(warehouse: str, s3=None) -> dict[str, list[str]]:
 
 
 def _runs(warehouse: str, s3=None) -> list[dict]:
-    from corpusgraph.storage import open_delta
+    from corpusgraph.storage.locations import open_delta
     from corpusgraph.tables import table_path
 
     return open_delta(table_path(warehouse, "runs"), s3).to_pyarrow_table().to_pylist()
@@ -141,7 +141,7 @@ def _runs(warehouse: str, s3=None) -> list[dict]:
 def _parquet_under(location: str, s3) -> list[str]:
     from pyarrow import fs as pafs
 
-    from corpusgraph.storage import arrow_filesystem
+    from corpusgraph.storage.locations import arrow_filesystem
 
     fs, path = arrow_filesystem(location, s3)
     return [i.path for i in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
@@ -191,7 +191,7 @@ def test_index_on_object_storage_survives_a_killed_ray_worker_node(tmp_path):
     with MotoServer(logs) as s3, scale_server.running(
             corpus / "truth", "--chat-latency-s", str(CHAT_LATENCY_S), "--chat-slots", "64", "--dim", "64",
             "--log", str(tmp_path / "served.log")) as server:
-        from corpusgraph.storage import upload
+        from corpusgraph.storage.locations import upload
 
         for f in sorted((corpus / "parquet").glob("*.parquet")):
             upload(f, f"s3://{BUCKET}/corpus/{f.name}", s3)

@@ -3,7 +3,7 @@ delta-rs and pyarrow read them back.
 
 An S3-compatible server (moto's server mode) runs on localhost (tests/distributed/objectstore.py).
 `corpusgraph index --stages ingest,chunk` runs on the sample corpus with `storage.warehouse` an
-s3a:// URI and the s3a settings that corpusgraph.storage derives for that server in `spark.extra`:
+s3a:// URI and the s3a settings that corpusgraph.storage.locations derives for that server in `spark.extra`:
 Spark, through Hadoop's s3a connector (the jars of conf/jars.pom.xml), creates every table and
 writes documents and text_units through corpusgraph's Warehouse. Then the JVM-free side reads what
 Spark committed: delta-rs with the storage options for the same store, and pyarrow's
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from corpusgraph.storage import arrow_filesystem, delta_storage_options, delta_uri, parse, spark_hadoop_conf
+from corpusgraph.storage.locations import arrow_filesystem, delta_storage_options, delta_uri, parse, spark_hadoop_conf
 from corpusgraph.tables import table
 from tests.conftest import REPO
 from tests.distributed.objectstore import MotoServer
@@ -78,7 +78,7 @@ def _read_both(name: str, s3) -> tuple[list[dict], list[dict]]:
 
 def test_index_writes_the_warehouse_to_s3a(tmp_path, s3):
     conf = _overlay(tmp_path, s3)
-    run = subprocess.run([sys.executable, "-m", "corpusgraph.cli", "index", "--conf", str(conf),
+    run = subprocess.run([sys.executable, "-m", "corpusgraph.cli.main", "index", "--conf", str(conf),
                           "--stages", "ingest,chunk"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
     assert not (tmp_path / "s3a:").exists()  # no URI taken for a relative folder
@@ -100,7 +100,7 @@ def test_index_writes_the_warehouse_to_s3a(tmp_path, s3):
     # The JVM-free command line, as the service would: delta-rs takes the s3a:// URI as it is and
     # the store's settings from the environment (AWS_ENDPOINT_URL, keys), the way a node gets them.
     env = {**os.environ, **delta_storage_options(WAREHOUSE, s3)}
-    tables = subprocess.run([sys.executable, "-m", "corpusgraph.cli", "tables", "--conf", str(conf)], cwd=tmp_path,
+    tables = subprocess.run([sys.executable, "-m", "corpusgraph.cli.main", "tables", "--conf", str(conf)], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=120)
     assert tables.returncode == 0, tables.stderr[-3000:]
     counts = {line.split()[0]: line.split()[1] for line in tables.stdout.splitlines() if "rows" in line}

@@ -6,7 +6,7 @@ The query tests' small world (tests/unit/query_fixtures.py: nine documents, thei
 relationships, communities and reports, written by delta-rs) is built in a local folder, its Delta
 tables are copied to s3://corpusgraph/run-q/warehouse, and the local folder is deleted. Each kind's
 vectors go where Spark would put them, Parquet files of (id, vector) under an s3a:// hand-off
-folder, and the embed step's own FAISS builder (embed_step.build_index, what its Ray task runs)
+folder, and the embed step's own FAISS builder (steps.embed.build_index, what its Ray task runs)
 reads them from there and uploads <kind>.faiss and <kind>.meta.json to an s3a:// index_dir.
 
 The service is `create_app(config)` with its default engine factory (open_query_engine): the
@@ -31,8 +31,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from corpusgraph.query.ann import IndexParams
-from corpusgraph.storage import arrow_filesystem, join, open_delta
+from corpusgraph.storage.ann import IndexParams
+from corpusgraph.storage.locations import arrow_filesystem, join, open_delta
 from corpusgraph.tables import table_path
 from tests.benchmarks.child_server import ChildServer
 from tests.conftest import REPO
@@ -59,7 +59,7 @@ def _unit_vectors(texts: list[str]) -> np.ndarray:
 def _publish(tmp, s3) -> dict[str, str]:
     """The small world's tables on the server, its FAISS files built there; nothing left locally.
     Returns each unit's text by id."""
-    from corpusgraph.embed_step import build_index
+    from corpusgraph.runner.steps.embed import build_index
 
     wh, _ = build_tiny_index(tmp / "local")
     fs, base = arrow_filesystem(WAREHOUSE, s3)
@@ -113,7 +113,7 @@ def test_the_service_answers_from_a_warehouse_and_index_only_on_s3(world, tmp_pa
     from fastapi.testclient import TestClient
 
     from corpusgraph.config import load_config
-    from corpusgraph.query.vectors import available_kinds
+    from corpusgraph.storage.vectors import available_kinds
     from serving import create_app
 
     conf, s3, texts = world
@@ -146,14 +146,14 @@ def test_the_service_answers_from_a_warehouse_and_index_only_on_s3(world, tmp_pa
 def test_tables_and_export_read_the_s3_warehouse_from_the_config_alone(world, tmp_path):
     conf, _, texts = world
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    run = subprocess.run([sys.executable, "-m", "corpusgraph.cli", "tables", "--conf", str(conf)], cwd=tmp_path,
+    run = subprocess.run([sys.executable, "-m", "corpusgraph.cli.main", "tables", "--conf", str(conf)], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     counts = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if " rows " in line}
     assert counts["documents"] == "9" and counts["text_units"] == str(len(texts)) and counts["entities"] != "0"
 
     out = tmp_path / "export"
-    run = subprocess.run([sys.executable, "-m", "corpusgraph.cli", "export", "--conf", str(conf), "--format",
+    run = subprocess.run([sys.executable, "-m", "corpusgraph.cli.main", "export", "--conf", str(conf), "--format",
                           "parquet", "--out", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -165,9 +165,9 @@ def test_the_embed_steps_ray_task_builds_and_uploads_an_index_off_the_driver_nod
     """With the hand-off folder and index_dir both on S3 the task is not pinned to the driver's
     node: it gets the store's settings as an argument and uploads from its own worker process."""
     from corpusgraph.config import RaySection
-    from corpusgraph.embed_step import _remote_build
-    from corpusgraph.query.vectors import VectorIndex, available_kinds
-    from corpusgraph.ray_pass import init_ray
+    from corpusgraph.runner.passes.base import init_ray
+    from corpusgraph.runner.steps.embed import _remote_build
+    from corpusgraph.storage.vectors import VectorIndex, available_kinds
 
     _, s3, texts = world
     init_ray(RaySection(num_cpus=1))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from corpusgraph.config import load_config
-from corpusgraph.pipeline import RunContext, format_summary, run_index
+from corpusgraph.runner.pipeline import format_summary, run_index
+from corpusgraph.runner.run import RunContext
 from corpusgraph.tables import TABLES, table_path
 from tests.conftest import REPO
 
@@ -89,8 +90,8 @@ def test_first_run_paid_for_extraction_and_second_run_paid_nothing(indexed):
 
 @pytest.fixture(scope="module")
 def engine(indexed):
-    from corpusgraph.query.open import open_query_engine
     from corpusgraph.llm.server import EmbeddedServer
+    from corpusgraph.query.open import open_query_engine
 
     cfg, _, _ = indexed
     with EmbeddedServer(log_path=f"{cfg.storage.cache_dir}/query-server.log", model_alias=cfg.llm.model) as server:

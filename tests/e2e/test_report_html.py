@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from corpusgraph.report_data import MAX_COMMUNITIES
+from corpusgraph.report.data import MAX_COMMUNITIES
 from tests.conftest import REPO
 from tests.e2e.browser import Chromium, find_chromium
 
@@ -57,10 +57,10 @@ def browser():
 def _report(warehouse, out, command_line: bool = True) -> str:
     """The page through the real command line (or write_report in this process); its file:// URL."""
     if not command_line:
-        from corpusgraph.report_html import write_report
+        from corpusgraph.report.html import write_report
 
         return write_report(str(warehouse), out).resolve().as_uri()
-    proc = subprocess.run([sys.executable, "-m", "corpusgraph.cli", "report", "--conf", str(REPO / "conf" / "local.yaml"),
+    proc = subprocess.run([sys.executable, "-m", "corpusgraph.cli.main", "report", "--conf", str(REPO / "conf" / "local.yaml"),
                            "--set", f"storage.warehouse={warehouse}", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -77,8 +77,9 @@ def _open(browser, url):
 @pytest.fixture(scope="module")
 def freight_index(spark, tmp_path_factory):
     from corpusgraph.config import load_config
-    from corpusgraph.estimate import run_estimate
-    from corpusgraph.pipeline import RunContext, run_index
+    from corpusgraph.runner.dry_run import run_estimate
+    from corpusgraph.runner.pipeline import run_index
+    from corpusgraph.runner.run import RunContext
     from tests.benchmarks import scripted_server
 
     root = tmp_path_factory.mktemp("report")

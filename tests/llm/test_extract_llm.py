@@ -10,7 +10,9 @@ import pytest
 from corpusgraph.config import ExtractSection, LLMSection
 from corpusgraph.llm import EmbeddedServer, open_chat_model
 from corpusgraph.prompts import load_prompt
-from corpusgraph.stages import extract as X
+from corpusgraph.stages.extract import glean as G
+from corpusgraph.stages.extract import llm as X
+from corpusgraph.stages.extract import parse as P
 from corpusgraph.tokens import count_tokens
 from tests.conftest import REPO
 
@@ -51,7 +53,7 @@ def test_one_packed_call_then_a_gleaning_round(tmp_path):
             assert all(e["type"] in SEC.entity_types for e in r["entities"])
 
         todo = [{**u, "prior": {k: r[k] for k in X.PRIOR_COLUMNS}} for u, r in zip(_units(), rows)
-                if X.needs_gleaning(u["text"], r, SEC)]
+                if G.needs_gleaning(u["text"], r, SEC)]
         assert todo, "every text names more things than max_entities: the rule must ask for more"
         glean = X.PackTask(SEC, PROMPTS, "ph", "smollm2", "run", 0.0, 1)
         gpack = [{"pack_id": X.pack_id([u["unit_id"] for u in todo], 1), "units": todo}]
@@ -64,7 +66,7 @@ def test_one_packed_call_then_a_gleaning_round(tmp_path):
             names = [e["name"] for e in after["entities"]]
             assert names[: len(prior["entities"])] == [e["name"] for e in prior["entities"]]  # nothing lost
             items = lambda row: len(row["entities"]) + len(row["relationships"])  # noqa: E731
-            assert items(after) > items(prior) or X.GLEAN_STOP_NOTE in (after["error"] or "")
+            assert items(after) > items(prior) or G.GLEAN_STOP_NOTE in (after["error"] or "")
 
 
 def test_answers_cut_at_max_tokens_become_rows_not_crashes(tmp_path):
@@ -76,11 +78,11 @@ def test_answers_cut_at_max_tokens_become_rows_not_crashes(tmp_path):
                 X.build_request("u0", units[0]["text"], PROMPTS, tight)]
         packed, single = chat.complete(reqs)
     assert packed.finish_reason == single.finish_reason == "length"
-    rows = X.split_pack_answer(packed, 3, tight)
+    rows = P.split_pack_answer(packed, 3, tight)
     assert [r["status"] for r in rows] == ["ok"] * 3  # repaired, never a crash
-    assert all(X.TRUNCATED_NOTE in r["error"] for r in rows[1:])  # texts the cut answer never reached
-    row = X.parse_extraction(single, tight)
-    assert row["status"] in ("ok", "parse_error") and (row["status"] == "ok") == (X.TRUNCATED_NOTE in (row["error"] or ""))
+    assert all(P.TRUNCATED_NOTE in r["error"] for r in rows[1:])  # texts the cut answer never reached
+    row = P.parse_extraction(single, tight)
+    assert row["status"] in ("ok", "parse_error") and (row["status"] == "ok") == (P.TRUNCATED_NOTE in (row["error"] or ""))
 
 
 @pytest.mark.slow  # Spark + Ray + the model server: about a minute on a quiet 2-core machine
@@ -90,8 +92,8 @@ def test_extract_stage_packs_and_gleans_on_spark_and_ray(spark, tmp_path):
     from deltalake import DeltaTable
 
     from corpusgraph.config import load_config
-    from corpusgraph.pipeline import RunContext
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
+    from corpusgraph.runner.run import RunContext
     from corpusgraph.tables import table_path
 
     cfg = load_config(REPO / "conf" / "local.yaml", {
@@ -131,7 +133,7 @@ def test_prompt_tune_writes_an_editable_prompt_folder_from_the_sample_corpus(tmp
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from corpusgraph.cli import main
+    from corpusgraph.cli.main import main
     from corpusgraph.config import load_config
     from corpusgraph.tables import table, table_path
     from corpusgraph.tokens import truncate_tokens
@@ -179,10 +181,10 @@ def test_claims_come_back_schema_constrained(tmp_path):
     obj = json.loads(res.text) if res.finish_reason == "stop" else None
     if obj is not None:  # the grammar made the model answer the claims key with the contract's fields
         assert "claims" in obj and len(obj["claims"]) <= 2
-        assert all(c["status"] in X.CLAIM_STATUSES for c in obj["claims"])
-    row = X.split_pack_answer(res, 1, sec, [text])[0]
+        assert all(c["status"] in P.CLAIM_STATUSES for c in obj["claims"])
+    row = P.split_pack_answer(res, 1, sec, [text])[0]
     assert row["status"] == "ok"
     for c in row["claims"]:
         assert set(c) == {"subject", "object", "type", "status", "description", "start", "end"}
-        assert X.grounded(c["subject"], text)  # a subject from another text never gets through
+        assert P.grounded(c["subject"], text)  # a subject from another text never gets through
         assert all(d is None or len(d) in (4, 7, 10) for d in (c["start"], c["end"]))  # a date or nothing

@@ -85,7 +85,8 @@ def _config(over: dict[str, str]):
 
 
 def _run(spark, cfg, stages):
-    from corpusgraph.pipeline import RunContext, run_index
+    from corpusgraph.runner.pipeline import run_index
+    from corpusgraph.runner.run import RunContext
 
     ctx = RunContext(cfg, spark)
     run_index(ctx, stages)
@@ -239,7 +240,7 @@ def _safe_records(cache_dir: Path) -> list[dict]:
 def _units(tmp_path: Path, n: int, tag: str) -> str:
     """n units in packs of one (one call each), as the extract stage hands packs to Ray."""
     from corpusgraph.config import ExtractSection
-    from corpusgraph.stages.extract import pack_batch
+    from corpusgraph.stages.extract.llm import pack_batch
 
     folder = tmp_path / f"in-{tag}"
     folder.mkdir()
@@ -250,14 +251,14 @@ def _units(tmp_path: Path, n: int, tag: str) -> str:
     return str(folder)
 
 
-# The extract stage's LLM pass as steps.py runs it (run_llm_task over a hand-off folder), in this
+# The extract stage's LLM pass as runner/steps/index.py runs it (run_llm_task over a hand-off folder), in this
 # process or as a driver process of its own: python -c _DRIVER BASE_URL IN OUT CACHE_DIR.
 _DRIVER = """
 import sys
 from corpusgraph.config import ExtractSection, LLMSection, RaySection
 from corpusgraph.prompts import load_prompt
-from corpusgraph.ray_runner import run_llm_task
-from corpusgraph.stages.extract import ExtractPrompts, PackTask
+from corpusgraph.runner.passes.llm import run_llm_task
+from corpusgraph.stages.extract.llm import ExtractPrompts, PackTask
 
 def extract(base_url, in_path, out_path, cache_dir, **llm_over):
     llm = LLMSection(backend="openai_batch", api_base=base_url, model="scripted", **llm_over)
@@ -273,7 +274,7 @@ if __name__ == "__main__":
 
 
 def _extract(tmp_path: Path, em: Emulator, in_path: str, cache: str, **llm_over):
-    from corpusgraph.ray_runner import usage_from_outputs
+    from corpusgraph.runner.passes.llm import usage_from_outputs
 
     scope: dict = {}
     exec(_DRIVER, scope)
@@ -387,7 +388,7 @@ def test_a_create_whose_answer_was_lost_is_found_not_repeated(emulator, tmp_path
     from corpusgraph.llm.cache import ResponseCache
     from corpusgraph.llm.openai_batch import ENDPOINT, BatchRecords, OpenAIBatchChatModel
     from corpusgraph.llm.openai_http import request_body
-    from corpusgraph.stages.extract import ExtractPrompts, PackTask
+    from corpusgraph.stages.extract.llm import ExtractPrompts, PackTask
 
     from corpusgraph.config import ExtractSection
     from corpusgraph.prompts import load_prompt

@@ -25,7 +25,7 @@ from tests.ray.test_faults import STAGES, ScriptedServer, _config, _overrides, _
 pytestmark = [pytest.mark.ray, pytest.mark.spark]
 
 CONCURRENCY, ACTORS = 2, 1
-# Rows an actor collects before writing a shard: a batch, max(8, llm.concurrency) (ray_runner.py).
+# Rows an actor collects before writing a shard: a batch, max(8, llm.concurrency) (runner/passes/llm.py).
 BATCH = max(8, CONCURRENCY)
 
 

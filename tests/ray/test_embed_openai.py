@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from corpusgraph.config import load_config
-from corpusgraph.pipeline import RunContext
+from corpusgraph.runner.run import RunContext
 from corpusgraph.tables import spark_schema
 from tests.conftest import REPO
 from tests.unit.embed_server import EmbedServer, vector_for
@@ -26,8 +26,8 @@ def _df(spark, name, rows):
 
 @pytest.mark.timeout(1500)  # two embed runs; 290 s on an idle 2-core machine, 900 s under load average 30
 def test_embed_stage_through_an_openai_endpoint(spark, tmp_path):
-    from corpusgraph.pipeline import run_stage
-    from corpusgraph.query.vectors import VectorIndex
+    from corpusgraph.runner.pipeline import run_stage
+    from corpusgraph.storage.vectors import VectorIndex
 
     with EmbedServer(dim=DIM, model="tiny-embed") as srv:
         cfg = load_config(REPO / "conf" / "local.yaml", {
@@ -89,7 +89,9 @@ def test_embed_stage_through_an_openai_endpoint(spark, tmp_path):
 
 def test_driver_bytes_are_counted_per_stage(spark, tmp_path):
     """run_steps adds what a step reported through ctx.note_collected to its StageResult."""
-    from corpusgraph.pipeline import Stage, StageResult, run_steps
+    from corpusgraph.runner.pipeline import run_steps
+    from corpusgraph.runner.registry import Stage
+    from corpusgraph.runner.run import StageResult
 
     cfg = load_config(REPO / "conf" / "local.yaml", {"storage.warehouse": str(tmp_path / "wh"),
                                                      "storage.cache_dir": str(tmp_path / "cache")})

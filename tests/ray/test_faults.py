@@ -140,7 +140,8 @@ def _config(root, inputs, server, **extra):
 
 
 def _run(spark, cfg):
-    from corpusgraph.pipeline import RunContext, run_index
+    from corpusgraph.runner.pipeline import run_index
+    from corpusgraph.runner.run import RunContext
 
     ctx = RunContext(cfg, spark)
     run_index(ctx, STAGES)

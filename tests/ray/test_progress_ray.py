@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from corpusgraph import progress
-from corpusgraph.progress import Work
+from corpusgraph.runner import progress
+from corpusgraph.runner.progress import Work
 from tests.conftest import REPO
 from tests.ray.test_faults import ScriptedServer
 
@@ -38,8 +38,9 @@ def test_llm_and_embed_bars_move_with_the_work_and_end_at_the_rows_written(log, 
 
     from corpusgraph.config import EmbeddingSection, ExtractSection, LLMSection, RaySection
     from corpusgraph.prompts import load_prompt
-    from corpusgraph.ray_runner import run_embed_task, run_llm_task
-    from corpusgraph.stages.extract import ExtractPrompts, PackTask, pack_batch
+    from corpusgraph.runner.passes.embed import run_embed_task
+    from corpusgraph.runner.passes.llm import run_llm_task
+    from corpusgraph.stages.extract.llm import ExtractPrompts, PackTask, pack_batch
 
     (tmp_path / "in").mkdir()
     units = [{"unit_id": f"u{i}", "text": f"Contoso shipped crate {i} from Milan to Antwerp.", "n_tokens": 12}
@@ -86,7 +87,7 @@ def test_a_pass_keeps_its_counter_when_an_earlier_pass_is_collected(log):
     import ray
 
     from corpusgraph.config import RaySection
-    from corpusgraph.ray_pass import init_ray, progress_feed
+    from corpusgraph.runner.passes.base import init_ray, progress_feed
 
     init_ray(RaySection(actors=1))
     with progress_feed(Work("first", "rows", 4), lambda: 4) as first:

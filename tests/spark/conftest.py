@@ -32,7 +32,8 @@ def freight_fast_index(spark, tmp_path_factory):
     export tests and the golden-table tests read one build. Returns (config, warehouse). Read-only:
     a test that writes to it would change what the others see."""
     from corpusgraph.config import load_config
-    from corpusgraph.pipeline import RunContext, run_index
+    from corpusgraph.runner.pipeline import run_index
+    from corpusgraph.runner.run import RunContext
 
     root = tmp_path_factory.mktemp("freight-fast-index")
     _two_domain_copy(root / "in")

@@ -15,8 +15,8 @@ WORDS = ("depot", "trailer", "Porto", "Lisbon", "pallets", "Castor", "Haulage", 
 
 
 def test_sampled_counts_agree_with_exact_counts_within_their_bound(spark):
-    from corpusgraph.estimate_count import ExtractCounting, count_units
-    from corpusgraph.estimate_sample import count_prompt_tokens
+    from corpusgraph.estimate.count import ExtractCounting, count_units
+    from corpusgraph.estimate.sample import count_prompt_tokens
 
     # base.yaml's packing (up to 6 units per call), so that calls per unit vary from cluster to cluster.
     cfg = load_config(REPO / "conf" / "local.yaml", {"estimate.tokenizer": "tiktoken", "extract.units_per_call": "6"})

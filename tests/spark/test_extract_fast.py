@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corpusgraph.config import load_config
-from corpusgraph.pipeline import RunContext
+from corpusgraph.runner.run import RunContext
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.spark
@@ -14,8 +14,8 @@ SAMPLE = REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs"
 
 
 def test_fast_extraction_feeds_resolve_with_no_llm(spark, tmp_path):
-    from corpusgraph.pipeline import run_stage
-    from corpusgraph.stages.extract_fast import fast_identity
+    from corpusgraph.runner.pipeline import run_stage
+    from corpusgraph.stages.extract.fast import fast_identity
 
     cfg = load_config(REPO / "conf" / "local.yaml", {
         "storage.warehouse": str(tmp_path / "wh"), "storage.index_dir": str(tmp_path / "idx"),

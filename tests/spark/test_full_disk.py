@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from corpusgraph.config import load_config
-from corpusgraph.pipeline import RunContext, run_index
+from corpusgraph.runner.pipeline import run_index
+from corpusgraph.runner.run import RunContext
 from corpusgraph.tables import TABLES, table_path
 from tests.conftest import REPO
 
@@ -80,7 +81,7 @@ def _rows(wh: str, name: str, drop=("ingested_at",)) -> list[dict]:
 
 
 def test_a_disk_that_fills_mid_stage(spark, tmp_path, small_disk):
-    from corpusgraph.diskfull import DiskFullError
+    from corpusgraph.storage.diskfull import DiskFullError
 
     inputs = tmp_path / "in"
     _corpus(inputs)
@@ -126,7 +127,7 @@ def test_a_disk_that_fills_mid_stage(spark, tmp_path, small_disk):
 def test_disk_full_is_recognised_through_a_chain_of_causes():
     import errno
 
-    from corpusgraph.diskfull import is_disk_full
+    from corpusgraph.storage.diskfull import is_disk_full
 
     class JavaError(Exception):
         pass

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpusgraph.config import load_config
-from corpusgraph.pipeline import RunContext
+from corpusgraph.runner.run import RunContext
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.spark
@@ -39,7 +39,7 @@ def _record(i: int, text: str | None = None) -> dict:
 
 
 def test_containers_keep_their_records_and_refuse_only_the_bad_ones(spark, tmp_path):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     folder = tmp_path / "in"
     folder.mkdir()
@@ -84,7 +84,7 @@ def test_containers_keep_their_records_and_refuse_only_the_bad_ones(spark, tmp_p
 
 
 def test_a_container_over_max_file_bytes_is_refused_whole(spark, tmp_path):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     folder = tmp_path / "in"
     folder.mkdir()
@@ -98,7 +98,7 @@ def test_a_container_over_max_file_bytes_is_refused_whole(spark, tmp_path):
 
 
 def test_many_small_files(spark, tmp_path):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     folder = tmp_path / "in"
     for i in range(150):
@@ -111,9 +111,9 @@ def test_many_small_files(spark, tmp_path):
 
 
 def test_no_documents_stops_index_and_estimate_loudly(spark, tmp_path, capsys):
-    from corpusgraph import steps
-    from corpusgraph.pipeline import run_stage
-    from corpusgraph.cli import main
+    from corpusgraph.cli.main import main
+    from corpusgraph.runner.pipeline import run_stage
+    from corpusgraph.runner.steps import index as steps
 
     folder = tmp_path / "in"
     folder.mkdir()

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from corpusgraph.config import load_config
-from corpusgraph.pipeline import RunContext
+from corpusgraph.runner.run import RunContext
 from tests.conftest import REPO
 from tests.unit.fuzz_files import make_file
 from tests.unit.test_fuzz_ingest import check_file
@@ -23,7 +23,7 @@ N_FILES = 300
 def test_a_folder_of_generated_files_through_the_real_ingest_stage(spark, tmp_path):
     from deltalake import DeltaTable
 
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
     from corpusgraph.tables import table_path
 
     base = random.randrange(10**9)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from corpusgraph import progress
+from corpusgraph.runner import progress
 from tests.spark.test_stages import _write_inputs
 
 pytestmark = pytest.mark.spark
@@ -33,7 +33,7 @@ def log(monkeypatch):
 def _ctx(spark, tmp_path, inputs, tables):
     """A run context whose warehouse has only `tables` (Warehouse.ensure_all)."""
     from corpusgraph.config import load_config
-    from corpusgraph.pipeline import RunContext
+    from corpusgraph.runner.run import RunContext
     from tests.conftest import REPO
 
     cfg = load_config(REPO / "conf" / "local.yaml", {"storage.warehouse": str(tmp_path / "wh"),
@@ -53,13 +53,13 @@ def _lines(text: str, stage: str, unit: str) -> list[tuple[int, int, str]]:
 def test_chunk_shows_documents_read_mid_task_with_rate_and_eta_and_ends_at_the_documents(spark, tmp_path, log):
     from pyspark.sql import functions as F
 
-    from corpusgraph import steps
+    from corpusgraph.runner.steps import index as steps
     from corpusgraph.tables import spark_schema
 
     from types import SimpleNamespace
 
     from corpusgraph.config import ChunkSection
-    from corpusgraph.delta_io import Warehouse
+    from corpusgraph.storage.warehouse import Warehouse
 
     # Only what chunk gets: its tables (the documents table, written below) and its section.
     ctx = SimpleNamespace(spark=spark, wh=Warehouse(spark, str(tmp_path / "wh")))
@@ -92,7 +92,7 @@ def test_chunk_shows_documents_read_mid_task_with_rate_and_eta_and_ends_at_the_d
 
 @pytest.mark.timeout(300)
 def test_ingest_counts_the_files_read_and_ends_at_the_files_listed(spark, tmp_path, log):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     _write_inputs(tmp_path / "in")
     for i in range(40):

@@ -14,7 +14,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from corpusgraph.config import ResolveSection, load_config
 from corpusgraph.llm.base import ChatResult
-from corpusgraph.pipeline import RunContext
+from corpusgraph.runner.run import RunContext
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.spark
@@ -74,7 +74,7 @@ def fresh_context(spark, tmp_path, **overrides):
 
 def context(spark, tmp_path, units=UNITS, **overrides):
     """The real step's context on a fresh warehouse holding `units` as extractions."""
-    from corpusgraph import steps
+    from corpusgraph.runner.steps import index as steps
     from corpusgraph.tables import spark_schema
 
     ctx = fresh_context(spark, tmp_path, **overrides)
@@ -90,7 +90,7 @@ def context(spark, tmp_path, units=UNITS, **overrides):
 
 @pytest.fixture(scope="module")
 def resolved(spark, tmp_path_factory):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     ctx = context(spark, tmp_path_factory.mktemp("resolved"))
     res = run_stage(ctx, "resolve")
@@ -129,7 +129,7 @@ def test_aliases_record_every_decision_and_a_merge_can_be_undone(resolved, spark
     assert emea["rejected_reason"] in ("below_band", "not_asked") and emea["rejected_score"] < 0.5
     assert aliases["paris hilton"]["rejected_reason"] in (None, "type_clash", "below_band")
     # Undo: mapping every mention back to exact_id gives exactly the exact-name entities.
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     exact_ctx = context(spark, tmp_path, **{"resolve.method": "exact"})
     run_stage(exact_ctx, "resolve")
@@ -149,7 +149,7 @@ def test_relationship_weights_accumulate_over_merged_endpoints(resolved):
 
 
 def _labels_until_stable(spark, nodes, edges):
-    from corpusgraph.stages import resolve_merge as RM
+    from corpusgraph.stages.resolve import merge as RM
 
     labels = RM.cc_start(nodes)
     for _ in range(20):
@@ -166,7 +166,7 @@ def test_components_of_a_long_chain_with_ids_in_random_order_take_few_rounds(spa
     per round and needed 80-100 rounds on such chains (see the resolve_merge docstring)."""
     import random
 
-    from corpusgraph.stages import resolve_merge as RM
+    from corpusgraph.stages.resolve import merge as RM
 
     ids = [f"n{i:03d}" for i in range(256)]
     order = ids[:]
@@ -187,7 +187,7 @@ def test_components_of_a_long_chain_with_ids_in_random_order_take_few_rounds(spa
 
 
 def test_connected_components_and_the_chain_guard(spark):
-    from corpusgraph.stages import resolve_merge as RM
+    from corpusgraph.stages.resolve import merge as RM
 
     ids = [f"n{i}" for i in range(8)]
     nodes = spark.createDataFrame([(i,) for i in ids], "node_id string")
@@ -217,8 +217,8 @@ def test_connected_components_and_the_chain_guard(spark):
 
 
 def test_the_guard_relabels_only_oversized_components_as_a_full_recompute_would(spark, tmp_path):
-    from corpusgraph.stages import resolve_merge as RM
-    from corpusgraph.stages import resolve_run as RR
+    from corpusgraph.runner.steps import resolve as RR
+    from corpusgraph.stages.resolve import merge as RM
 
     ids = [f"n{i}" for i in range(12)]
     nodes = spark.createDataFrame([(i,) for i in ids], "node_id string")
@@ -250,7 +250,7 @@ def test_the_guard_relabels_only_oversized_components_as_a_full_recompute_would(
 
 
 def test_each_name_takes_its_best_attaching_edge_and_its_best_rejection(spark):
-    from corpusgraph.stages import resolve_merge as RM
+    from corpusgraph.stages.resolve import merge as RM
 
     nodes = spark.createDataFrame([(f"n{i}", f"k{i}") for i in range(6)], "node_id string, key string")
     labels = spark.createDataFrame([("n0", "n0"), ("n1", "n0"), ("n2", "n0"), ("n3", "n3"), ("n4", "n4")],
@@ -298,10 +298,10 @@ class ScriptedJudge:
 
 def test_the_ambiguous_band_goes_to_the_adjudicator(spark, tmp_path):
     from corpusgraph.prompts import load_prompt
-    from corpusgraph.stages import resolve as R
-    from corpusgraph.stages import resolve_blocking as RB
-    from corpusgraph.stages import resolve_llm as RL
-    from corpusgraph.stages import resolve_score as RS
+    from corpusgraph.stages.resolve import mentions as R
+    from corpusgraph.stages.resolve import blocking as RB
+    from corpusgraph.stages.resolve import llm as RL
+    from corpusgraph.stages.resolve import score as RS
     from corpusgraph.tables import spark_schema
 
     units = [
@@ -344,8 +344,8 @@ def test_the_ambiguous_band_goes_to_the_adjudicator(spark, tmp_path):
 
 def test_long_merged_descriptions_are_summarised_or_cut(spark):
     from corpusgraph.prompts import load_prompt
-    from corpusgraph.stages import resolve as R
-    from corpusgraph.stages import resolve_llm as RL
+    from corpusgraph.stages.resolve import mentions as R
+    from corpusgraph.stages.resolve import llm as RL
     from corpusgraph.tables import spark_schema
 
     sec = ResolveSection(max_description_chars=100)
@@ -379,7 +379,7 @@ def test_adjudication_and_summaries_on_the_real_model(spark, tmp_path):
     """The step end to end with LLM adjudication and summaries on: Ray actors, the embedded
     llama.cpp server, the response cache. The 135M model's verdicts are not judged; that each
     band pair gets a recorded verdict (ok or parse_error), and a re-run is all cache hits, is."""
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     ctx = context(spark, tmp_path, **{"resolve.llm_adjudication": "true", "resolve.band_low": "0.0",
                                       "resolve.summarise_descriptions": "true",

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from corpusgraph.config import load_config
-from corpusgraph.pipeline import RunContext
+from corpusgraph.runner.run import RunContext
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.spark
@@ -43,7 +43,7 @@ def _write_inputs(folder):
 
 
 def test_ingest_and_chunk_write_documents_quarantine_and_units(spark, tmp_path):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     _write_inputs(tmp_path / "in")
     ctx = _ctx(spark, tmp_path, [tmp_path / "in"])
@@ -92,7 +92,7 @@ def _extraction(unit_id, entities, rels):
 
 def test_resolve_merges_normalised_names_and_accumulates_weights(spark, warehouse):
     from corpusgraph.config import ResolveSection
-    from corpusgraph.stages import resolve as R
+    from corpusgraph.stages.resolve import mentions as R
     from corpusgraph.tables import spark_schema
 
     units = spark.createDataFrame([(u,) for u in ["u1", "u2", "u3"]], "unit_id string")
@@ -128,7 +128,7 @@ def test_resolve_merges_normalised_names_and_accumulates_weights(spark, warehous
 
 
 def test_communities_are_hierarchical_and_cover_every_entity(spark, warehouse, tmp_path):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
     from corpusgraph.tables import spark_schema
 
     # Two groups of 12 joined by one edge; each group is two 6-cliques tied by 18 edges. With
@@ -170,8 +170,8 @@ def test_gleaning_packs_only_the_rows_whose_prior_looks_incomplete(spark):
     """glean_candidates + packs_from(only_incomplete): the packs that needs_gleaning, applied to
     each row and then packed, gives (the rule is applied inside the packing pass)."""
     from corpusgraph.config import ExtractSection
-    from corpusgraph.stages.extract import PRIOR_COLUMNS, glean_candidates, pack_batch, packs_from
-    from corpusgraph.stages.extract_glean import needs_gleaning
+    from corpusgraph.stages.extract.glean import needs_gleaning
+    from corpusgraph.stages.extract.llm import PRIOR_COLUMNS, glean_candidates, pack_batch, packs_from
     from corpusgraph.tables import spark_schema
 
     sec = ExtractSection(max_entities=2, max_relationships=2, glean_min_missing=2, units_per_call=3)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from corpusgraph.runlock import LOCK_NAME
+from corpusgraph.storage.runlock import LOCK_NAME
 from corpusgraph.tables import table_path
 from tests.conftest import REPO
 
@@ -28,7 +28,7 @@ def _command(root, inputs) -> list[str]:
     sets = {"storage.warehouse": str(root / "wh"), "storage.index_dir": str(root / "idx"),
             "storage.cache_dir": str(root / "cache"), "ingest.inputs": f"[{SAMPLE}, {inputs}]",
             "spark.master": "local[1]"}
-    argv = [sys.executable, "-m", "corpusgraph.cli", "index", "--conf", str(REPO / "conf" / "local.yaml"),
+    argv = [sys.executable, "-m", "corpusgraph.cli.main", "index", "--conf", str(REPO / "conf" / "local.yaml"),
             "--stages", "ingest,chunk"]
     return argv + [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from corpusgraph.config import load_config
-from corpusgraph.pipeline import RunContext
+from corpusgraph.runner.run import RunContext
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.spark
@@ -23,7 +23,7 @@ def _ctx(spark, tmp_path, name="wh", **overrides):
 
 
 def test_chunk_adds_units_of_new_documents_and_removes_those_of_deleted_ones(spark, tmp_path):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     folder = tmp_path / "in"
     folder.mkdir()
@@ -66,7 +66,7 @@ def _level0(wh):
 
 
 def test_small_change_keeps_the_partition_and_big_change_redetects(spark, tmp_path):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     ctx = _ctx(spark, tmp_path)
     _graph(spark, ctx.wh)

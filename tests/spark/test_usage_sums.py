@@ -1,5 +1,5 @@
 """An LLM pass's accounting is summed where its rows are: Spark in the pipeline
-(handoff.spark_usage_sums), pyarrow in tools and tests (ray_runner.output_usage). Both must give
+(handoff.spark_usage_sums), pyarrow in tools and tests (passes.llm.output_usage). Both must give
 the same Usage from the same output rows; the Spark path returns only the seven integers."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpusgraph.config import LLMSection
-from corpusgraph.handoff import spark_usage_sums
-from corpusgraph.ray_runner import USAGE_SUMS, output_usage, usage_from_sums
+from corpusgraph.runner.handoff import spark_usage_sums
+from corpusgraph.runner.passes.llm import USAGE_SUMS, output_usage, usage_from_sums
 
 pytestmark = pytest.mark.spark
 

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from corpusgraph.delta_io import Warehouse
+from corpusgraph.storage.warehouse import Warehouse
 from corpusgraph.tables import TABLES, spark_schema
 
 pytestmark = pytest.mark.spark

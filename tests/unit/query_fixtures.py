@@ -184,7 +184,7 @@ def build_index(root: Path, docs, entities, rels, claims, communities, reports, 
     """Write a world (shaped like the module's constants) under `root`. A document `dX` has one
     unit `uX`; `domains` maps each document id to its access domain; `domain_reports` maps
     (community id, domain) to (title, summary, rating), written as community_domain_reports."""
-    from corpusgraph.query.vectors import write_index
+    from corpusgraph.storage.vectors import write_index
 
     wh, index_dir = root / "warehouse", root / "faiss"
     now = datetime(2024, 1, 1, tzinfo=timezone.utc)

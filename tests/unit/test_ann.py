@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from corpusgraph.query.ann import IndexParams
-from corpusgraph.query.vectors import VectorIndex, write_index
+from corpusgraph.storage.ann import IndexParams
+from corpusgraph.storage.vectors import VectorIndex, write_index
 
 pytestmark = pytest.mark.unit
 

@@ -7,9 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpusgraph.config import ConfigError, LLMSection, load_config
-from corpusgraph.estimate import CostSections, Rates, estimate_from_counts
-from corpusgraph.estimate_view import format_estimate
-from corpusgraph.ray_runner import output_usage
+from corpusgraph.estimate.model import CostSections, Rates, estimate_from_counts
+from corpusgraph.estimate.view import format_estimate
+from corpusgraph.runner.passes.llm import output_usage
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.unit

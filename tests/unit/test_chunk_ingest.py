@@ -7,7 +7,7 @@ import pytest
 
 from corpusgraph.config import IngestSection
 from corpusgraph.stages.chunk import chunk_text
-from corpusgraph.stages.ingest import content_hash, parse_file
+from corpusgraph.stages.ingest.files import content_hash, parse_file
 from corpusgraph.tokens import count_tokens
 
 TEXT = ("Harbor Line moved reefer trailer R-77 from Rotterdam to Gdańsk in März 2026. " * 30).strip()

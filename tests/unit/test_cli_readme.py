@@ -12,7 +12,7 @@ import shlex
 
 import pytest
 
-from corpusgraph.cli import build_parser
+from corpusgraph.cli.main import build_parser
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")

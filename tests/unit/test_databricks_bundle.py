@@ -67,7 +67,7 @@ def test_the_bundle_syncs_the_repository_and_defines_the_three_jobs(bundle):
 
 
 def test_every_task_entry_point_and_its_parameters_exist_in_the_repository(bundle):
-    from corpusgraph.cli import build_parser
+    from corpusgraph.cli.main import build_parser
     from corpusgraph.config import load_config
 
     variables = bundle["variables"]

@@ -8,12 +8,12 @@ import pytest
 
 from corpusgraph.config import (EmbeddingSection, EstimateSection, ExtractSection, LLMSection, ModelPrice,
                                 ReportsSection, ResolveSection, load_config)
-from corpusgraph.estimate import (CostSections, ExtractCounting, Rates, counter_spec, estimate_from_counts,
-                                  extract_counts, report_overhead, request_counter)
-from corpusgraph.estimate_view import svg_chart
+from corpusgraph.estimate.count import ExtractCounting, counter_spec, extract_counts, report_overhead, request_counter
+from corpusgraph.estimate.model import CostSections, Rates, estimate_from_counts
+from corpusgraph.estimate.view import svg_chart
+from corpusgraph.graph.extend import OldPartition, extend_partition, modularity
 from corpusgraph.llm.base import ChatRequest
 from corpusgraph.prompts import Prompt, load_prompt
-from corpusgraph.update import OldPartition, extend_partition, modularity
 from tests.conftest import REPO
 
 UNITS = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from corpusgraph.estimate_sample import ratio_estimate
+from corpusgraph.estimate.sample import ratio_estimate
 
 pytestmark = pytest.mark.unit
 

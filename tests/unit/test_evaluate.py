@@ -1,4 +1,4 @@
-"""Answer metrics, citation recall and the pairwise judge (corpusgraph.evaluate)."""
+"""Answer metrics, citation recall and the pairwise judge (corpusgraph.evaluate.score)."""
 
 from __future__ import annotations
 
@@ -6,23 +6,9 @@ import json
 
 import pytest
 
-from corpusgraph.evaluate import (
-    UNPARSED,
-    cited_documents,
-    contains_answer,
-    exact_match,
-    f1_score,
-    judge_pair,
-    judge_prompt,
-    mean_scores,
-    normalize_answer,
-    parse_verdict,
-    recall_at_k,
-    score_answer,
-    source_id,
-    strip_citations,
-    summarise_verdicts,
-)
+from corpusgraph.evaluate.score import (UNPARSED, cited_documents, contains_answer, exact_match, f1_score, judge_pair,
+                                        judge_prompt, mean_scores, normalize_answer, parse_verdict, recall_at_k,
+                                        score_answer, source_id, strip_citations, summarise_verdicts)
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.query.answer import Answer, Citation
 

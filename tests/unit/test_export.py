@@ -183,7 +183,7 @@ def test_a_public_export_holds_nothing_of_the_vault(world, fmt, tmp_path):
 def test_command_line_export(world, tmp_path):
     wh, _, _ = world
     out = tmp_path / "neo"
-    proc = subprocess.run([sys.executable, "-m", "corpusgraph.cli", "export", "--format", "neo4j", "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "corpusgraph.cli.main", "export", "--format", "neo4j", "--out", str(out),
                            "--warehouse", wh, "--domains", "public,nowhere"], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -191,6 +191,6 @@ def test_command_line_export(world, tmp_path):
     assert "no document is in domain 'nowhere'" in proc.stdout
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["domains"] == ["nowhere", "public"] and manifest["files"]["entities.csv"] > 0
-    bad = subprocess.run([sys.executable, "-m", "corpusgraph.cli", "export", "--format", "neo4j", "--out", str(out),
+    bad = subprocess.run([sys.executable, "-m", "corpusgraph.cli.main", "export", "--format", "neo4j", "--out", str(out),
                           "--warehouse", str(tmp_path / "none")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "run `corpusgraph index` first" in bad.stderr

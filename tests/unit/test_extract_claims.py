@@ -5,7 +5,8 @@ import json
 from corpusgraph.config import ExtractSection
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.prompts import load_prompt
-from corpusgraph.stages.extract import ExtractPrompts, build_pack_request, extraction_schema, parse_extraction
+from corpusgraph.stages.extract.llm import ExtractPrompts, build_pack_request, extraction_schema
+from corpusgraph.stages.extract.parse import parse_extraction
 from tests.conftest import REPO
 
 ON = ExtractSection(claims=True, max_claims=2)

@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 
 from corpusgraph.config import ExtractSection, load_config
-from corpusgraph.stages.extract_fast import (
-    NOUN_PHRASE,
-    Mention,
-    clean_name,
-    extract_texts,
-    extraction_from_mentions,
-    fast_identity,
-    typed_mentions,
-)
+from corpusgraph.stages.extract.fast import (NOUN_PHRASE, Mention, clean_name, extract_texts, extraction_from_mentions,
+                                             fast_identity, typed_mentions)
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,10 @@ import json
 from corpusgraph.config import ExtractSection
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.prompts import load_prompt
-from corpusgraph.stages.extract import (
-    GLEAN_STOP_NOTE, TRUNCATED_NOTE, ExtractPrompts, PackTask, build_pack_request, merge_gleaned, named_spans,
-    needs_gleaning, uncovered_spans,
-)
+from corpusgraph.stages.extract.glean import (GLEAN_STOP_NOTE, merge_gleaned, named_spans, needs_gleaning,
+                                              uncovered_spans)
+from corpusgraph.stages.extract.llm import ExtractPrompts, PackTask, build_pack_request
+from corpusgraph.stages.extract.parse import TRUNCATED_NOTE
 from tests.conftest import REPO
 
 SEC = ExtractSection(entity_types=["ORGANIZATION", "PERSON", "LOCATION"], max_entities=3, max_relationships=2,

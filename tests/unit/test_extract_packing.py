@@ -7,10 +7,9 @@ import pytest
 from corpusgraph.config import ExtractSection
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.prompts import load_prompt
-from corpusgraph.stages.extract import (
-    TRUNCATED_NOTE, ExtractPrompts, PackTask, apportion, build_pack_request, extraction_schema, pack_id, pack_rows,
-    pack_schema, split_pack_answer,
-)
+from corpusgraph.stages.extract.llm import (ExtractPrompts, PackTask, apportion, build_pack_request, extraction_schema,
+                                            pack_id, pack_rows, pack_schema)
+from corpusgraph.stages.extract.parse import TRUNCATED_NOTE, split_pack_answer
 from tests.conftest import REPO
 
 SEC = ExtractSection(entity_types=["ORGANIZATION", "PERSON", "LOCATION"], max_entities=3, max_relationships=2,
@@ -143,7 +142,7 @@ def test_prompt_hash_covers_every_prompt_file_used_and_only_those():
 
 
 def test_pack_requests_are_what_the_stage_sends():
-    from corpusgraph.stages.extract import pack_requests
+    from corpusgraph.stages.extract.llm import pack_requests
 
     rows = [unit(i, n) for i, n in enumerate([120, 80, 90, 400])]
     reqs = pack_requests(rows, PROMPTS, SEC)
@@ -153,7 +152,7 @@ def test_pack_requests_are_what_the_stage_sends():
 
 
 def test_pack_schemas_are_built_once_per_size_and_stay_out_of_the_pass_fingerprint():
-    from corpusgraph.shards import fingerprint
+    from corpusgraph.storage.shards import fingerprint
 
     task = PackTask(SEC, PROMPTS, "hash", "m", "run-1", 0.0, 0)
     before = fingerprint(task, "m", 0.0)

@@ -4,11 +4,10 @@ import json
 
 from corpusgraph.config import ExtractSection, load_config
 from corpusgraph.llm.base import ChatResult
-from corpusgraph.prompt_tune import (
-    TuneResult, good_example, parse_types, sample_units, tuned_template, types_request, write_prompt_folder,
-)
 from corpusgraph.prompts import load_prompt
-from corpusgraph.stages.extract import ExtractPrompts, build_request
+from corpusgraph.stages.extract.llm import ExtractPrompts, build_request
+from corpusgraph.stages.extract.tune import (TuneResult, good_example, parse_types, sample_units, tuned_template,
+                                             types_request, write_prompt_folder)
 from tests.conftest import REPO
 
 PROMPT = load_prompt(REPO / "conf" / "prompts" / "extract.txt")

@@ -8,9 +8,9 @@ import json
 
 from corpusgraph.config import ExtractSection
 from corpusgraph.llm.base import ChatResult
-from corpusgraph.llm.factory import parse_json_answer
+from corpusgraph.llm.parse import parse_json_answer
 from corpusgraph.llm.repair import repair_json_object
-from corpusgraph.stages.extract import TRUNCATED_NOTE, grounded, parse_extraction, split_pack_answer
+from corpusgraph.stages.extract.parse import TRUNCATED_NOTE, grounded, parse_extraction, split_pack_answer
 
 SEC = ExtractSection(entity_types=["PERSON", "ORGANIZATION", "LOCATION"], max_entities=2, max_relationships=1)
 TEXTS = [

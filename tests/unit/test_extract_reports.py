@@ -7,7 +7,8 @@ import pytest
 from corpusgraph.config import ExtractSection, ReportsSection
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.prompts import Prompt, load_prompt, render
-from corpusgraph.stages.extract import ExtractPrompts, PackTask, build_request, extraction_schema, parse_extraction
+from corpusgraph.stages.extract.llm import ExtractPrompts, PackTask, build_request, extraction_schema
+from corpusgraph.stages.extract.parse import parse_extraction
 from corpusgraph.stages.reports import build_context, parse_report, report_schema
 from corpusgraph.tables import table
 from tests.conftest import REPO

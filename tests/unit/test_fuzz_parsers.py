@@ -84,7 +84,7 @@ def _check_extraction_row(row):
 
 
 def test_extraction_of_one_unit_and_of_a_pack():
-    from corpusgraph.stages.extract import parse_extraction, split_pack_answer
+    from corpusgraph.stages.extract.parse import parse_extraction, split_pack_answer
 
     def check(text, other):
         _check_extraction_row(parse_extraction(_result(text), EXTRACT))
@@ -97,7 +97,8 @@ def test_extraction_of_one_unit_and_of_a_pack():
 
 
 def test_gleaning_merges_what_a_round_parsed():
-    from corpusgraph.stages.extract import merge_gleaned, parse_extraction
+    from corpusgraph.stages.extract.glean import merge_gleaned
+    from corpusgraph.stages.extract.parse import parse_extraction
 
     def check(first, second):
         prior, new = parse_extraction(_result(first), EXTRACT), parse_extraction(_result(second), EXTRACT)
@@ -109,7 +110,7 @@ def test_gleaning_merges_what_a_round_parsed():
 
 
 def test_description_summaries():
-    from corpusgraph.stages.resolve_llm import parse_summary
+    from corpusgraph.stages.resolve.llm import parse_summary
 
     section = ResolveSection()
 
@@ -125,7 +126,7 @@ def test_description_summaries():
 
 
 def test_resolution_verdicts():
-    from corpusgraph.stages.resolve_llm import parse_verdict
+    from corpusgraph.stages.resolve.llm import parse_verdict
 
     def check(text):
         row = parse_verdict(_result(text))
@@ -192,7 +193,7 @@ def test_drift_steps():
     '{"entities": [' + "{" * 50_000,
 ])
 def test_inputs_that_used_to_raise_in_extraction(text):
-    from corpusgraph.stages.extract import parse_extraction
+    from corpusgraph.stages.extract.parse import parse_extraction
 
     row = parse_extraction(_result(text), EXTRACT)
     assert row["status"] in STATUSES
@@ -210,7 +211,7 @@ def test_deep_nesting_is_refused_quickly():
 
 
 def test_a_finite_strength_is_clamped_and_an_infinite_one_dropped():
-    from corpusgraph.stages.extract import parse_extraction
+    from corpusgraph.stages.extract.parse import parse_extraction
 
     text = ('{"entities": [], "relationships": [{"source": "A", "target": "B", "strength": 1e999}, '
             '{"source": "A", "target": "C", "strength": 99}]}')
@@ -248,7 +249,7 @@ def test_map_nan_score_is_not_kept():
 def test_a_huge_array_parses_in_reasonable_time():
     import time
 
-    from corpusgraph.stages.extract import parse_extraction
+    from corpusgraph.stages.extract.parse import parse_extraction
 
     item = '{"name": "Mara Voss", "type": "PERSON", "description": "founder"}'
     text = '{"entities": [' + ",".join([item] * 20_000) + '], "relationships": [' + ",".join(["7"] * 20_000) + "]}"

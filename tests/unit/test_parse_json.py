@@ -2,7 +2,7 @@
 
 import pytest
 
-from corpusgraph.llm.factory import parse_json_answer
+from corpusgraph.llm.parse import parse_json_answer
 
 pytestmark = pytest.mark.unit
 

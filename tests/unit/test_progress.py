@@ -1,4 +1,4 @@
-"""progress.py: the plain lines of a non-interactive log (done/total, rate, ETA, one per interval
+"""runner/progress.py: the plain lines of a non-interactive log (done/total, rate, ETA, one per interval
 and one at the end), the tqdm bar on a terminal, and the driver-side poller."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 import threading
 import time
 
-from corpusgraph import progress
-from corpusgraph.progress import Bar, format_duration
+from corpusgraph.runner import progress
+from corpusgraph.runner.progress import Bar, format_duration
 
 
 class Clock:
@@ -146,7 +146,7 @@ def test_log_lines_go_above_an_open_terminal_bar():
 
 
 def test_scan_rows_counts_the_pass_own_scans_and_not_delta_logs_nor_other_queries():
-    from corpusgraph.progress import scan_rows
+    from corpusgraph.runner.spark_metrics import scan_rows
 
     ours = "corpusgraph chunk: documents"
     data = [

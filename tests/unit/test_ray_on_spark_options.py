@@ -9,8 +9,8 @@ import importlib.util
 import pytest
 from pydantic import ValidationError
 
-from corpusgraph import ray_spark
 from corpusgraph.config import RaySection
+from corpusgraph.runner.passes import cluster as ray_spark
 from tests.conftest import REPO
 
 
@@ -39,14 +39,14 @@ def test_ray_workers_stands_for_ray_address_spark_and_its_size(job):
 
 
 def test_job_option_sets_come_last_so_they_win(job, monkeypatch):
-    import corpusgraph.cli
+    import corpusgraph.cli.main
 
     seen = []
-    monkeypatch.setattr(corpusgraph.cli, "main", lambda argv: seen.append(list(argv)) or 0)
+    monkeypatch.setattr(corpusgraph.cli.main, "main", lambda argv: seen.append(list(argv)) or 0)
     assert job.run("index", ["--ray-workers", "3", "--conf", "c.yaml", "--set", "ray.address=auto"]) == 0
     (argv,) = seen
     assert argv[:2] == ["index", "--submitted"]
-    from corpusgraph.cli import build_parser
+    from corpusgraph.cli.main import build_parser
 
     args = build_parser().parse_args(argv)
     overrides = dict(s.split("=", 1) for s in args.set)  # as config_from_args reads them: the last wins

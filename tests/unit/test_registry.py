@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from corpusgraph import registry
-from corpusgraph.registry import PIPELINES, STAGES, Stage
-from corpusgraph.run import StageResult, StageTables
+from corpusgraph.runner import registry
+from corpusgraph.runner.registry import PIPELINES, STAGES, Stage
+from corpusgraph.runner.run import StageResult, StageTables
 
 pytestmark = pytest.mark.unit
 

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from corpusgraph.report_data import estimate_vs_actual, hierarchy, load_report_data, stage_rows
-from corpusgraph.report_html import build_page, figures, write_report
+from corpusgraph.report.data import estimate_vs_actual, hierarchy, load_report_data, stage_rows
+from corpusgraph.report.html import build_page, figures, write_report
 from tests.unit.report_fixtures import ODD_TITLE, small_warehouse
 
 
@@ -91,7 +91,7 @@ def test_page_is_offline_and_says_none_for_empty_tables(tmp_path):
 
 
 def test_the_command_writes_the_page_and_refuses_a_missing_warehouse(tmp_path, capsys):
-    from corpusgraph.cli import main
+    from corpusgraph.cli.main import main
 
     wh = small_warehouse(tmp_path, quarantine=True)
     assert main(["report", "--set", f"storage.warehouse={wh}", "--out", str(tmp_path / "out")]) == 0

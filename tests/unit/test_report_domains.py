@@ -44,7 +44,7 @@ def test_the_domain_task_keys_requests_and_rows_by_community_and_domain():
 
 def test_the_estimate_counts_per_domain_reports_like_community_reports():
     from corpusgraph.config import load_config
-    from corpusgraph.estimate import CostSections, Rates, estimate_from_counts
+    from corpusgraph.estimate.model import CostSections, Rates, estimate_from_counts
 
     cfg = load_config(REPO / "conf" / "local.yaml", {})
     cfg.extract.glean_rounds = 0

@@ -1,6 +1,6 @@
 """Incremental resolve: stored pair decisions (resolve_pairs) are reused only while they hold.
 
-The fingerprints are pure; the rest runs the real resolve step (steps.resolve on Delta, local
+The fingerprints are pure; the rest runs the real resolve step (steps.index.resolve on Delta, local
 Spark, adjudication off) on small extraction fixtures: a second resolve after one unit is added
 or removed scores only the candidate pairs that touch a name that unit mentions, reuses the
 rest, and ends with the same tables as a from-scratch resolve of the final units.
@@ -12,7 +12,7 @@ import pytest
 
 from corpusgraph.config import ResolveSection, load_config
 from corpusgraph.prompts import Prompt
-from corpusgraph.stages import resolve_score as RS
+from corpusgraph.stages.resolve import score as RS
 from tests.conftest import REPO
 from tests.spark.test_resolve import extraction
 
@@ -43,7 +43,7 @@ def test_score_fingerprint_follows_the_weights_only():
 
 
 def test_verdict_fingerprint_follows_prompt_model_and_limits():
-    from corpusgraph.stages import resolve_llm as RL
+    from corpusgraph.stages.resolve import llm as RL
 
     p, sec = Prompt("Same entity? Answer in JSON.", "x"), ResolveSection()
     base = RL.verdict_fingerprint(p, sec, "m", 0.0)
@@ -58,7 +58,7 @@ def test_verdict_fingerprint_follows_prompt_model_and_limits():
 
 
 def _context(spark, folder, **overrides):
-    from corpusgraph.pipeline import RunContext
+    from corpusgraph.runner.run import RunContext
 
     base = {"storage.warehouse": str(folder / "wh"), "storage.index_dir": str(folder / "idx"),
             "storage.cache_dir": str(folder / "cache"), "resolve.llm_adjudication": "false",
@@ -70,7 +70,7 @@ def _context(spark, folder, **overrides):
 
 def _load(ctx, units):
     """The extractions and text_units tables hold exactly `units` (a later call replaces them)."""
-    from corpusgraph import steps
+    from corpusgraph.runner.steps import index as steps
     from corpusgraph.tables import spark_schema
 
     _, phash, model = steps.extract_identity(ctx)
@@ -83,7 +83,7 @@ def _load(ctx, units):
 
 def _node_ids(ctx, units):
     """Node ids of every name the units mention (listed or as a relationship end)."""
-    from corpusgraph.stages import resolve as R
+    from corpusgraph.stages.resolve import mentions as R
 
     names = {n for _, ents, rels in units for n, _, _ in ents} | {x for _, _, rels in units for s, t, _ in rels
                                                                   for x in (s, t)}
@@ -107,7 +107,7 @@ def _scored_now(ctx):
 
 @pytest.mark.spark
 def test_a_second_resolve_scores_only_pairs_touching_the_changed_names(spark, tmp_path):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     ctx = _context(spark, tmp_path / "inc")
     _load(ctx, BASE)
@@ -158,7 +158,7 @@ def test_a_second_resolve_scores_only_pairs_touching_the_changed_names(spark, tm
 
 @pytest.mark.spark
 def test_changed_weights_rescore_every_pair_and_exact_writes_no_pairs(spark, tmp_path):
-    from corpusgraph.pipeline import run_stage
+    from corpusgraph.runner.pipeline import run_stage
 
     ctx = _context(spark, tmp_path / "w")
     _load(ctx, BASE)

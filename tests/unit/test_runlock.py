@@ -1,4 +1,4 @@
-"""The warehouse run lock (corpusgraph.runlock): one holder, stale locks taken over, always released."""
+"""The warehouse run lock (corpusgraph.storage.runlock): one holder, stale locks taken over, always released."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from corpusgraph.runlock import LOCK_NAME, RunLocked, holding_run_lock, refuse_if_running, run_lock, running
+from corpusgraph.storage.runlock import LOCK_NAME, RunLocked, holding_run_lock, refuse_if_running, run_lock, running
 
 pytestmark = pytest.mark.unit
 
@@ -54,7 +54,7 @@ def test_a_live_holder_refuses_a_second_run_naming_the_first(tmp_path):
 def test_a_live_process_elsewhere_holds_it(tmp_path):
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        from corpusgraph.runlock import _proc_start
+        from corpusgraph.storage.runlock import _proc_start
 
         _plant(tmp_path / "wh", pid=sleeper.pid, pid_start=_proc_start(sleeper.pid))
         with pytest.raises(RunLocked, match=f"pid {sleeper.pid}"):

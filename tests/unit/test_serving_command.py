@@ -72,7 +72,7 @@ class NoSpark:
         return None
 
 sys.meta_path.insert(0, NoSpark())
-from corpusgraph.cli import main
+from corpusgraph.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -152,7 +152,7 @@ def test_corpusgraph_serve_in_a_subprocess_over_http_without_a_jvm(tmp_path):
 
 def test_serving_never_imports_pyspark_and_imports_lazily():
     code = (
-        "import sys, serving, serving.cli_serve; "
+        "import sys, serving, corpusgraph.cli.serve; "
         "assert 'fastapi' not in sys.modules and 'uvicorn' not in sys.modules; "
         "from corpusgraph.config import Config; "
         "serving.create_app(Config()); "
@@ -167,8 +167,8 @@ def test_serve_command_builds_settings_from_the_serve_section_and_options(monkey
     import uvicorn
     from fastapi import FastAPI
 
+    from corpusgraph.cli.serve import add_serve_command
     from corpusgraph.config import load_config
-    from serving.cli_serve import add_serve_command
 
     keys = tmp_path / "keys"
     keys.write_text("# KEY DOMAIN[,DOMAIN...]\nfrom-file ops,legal\n\nadmin-file *\n")

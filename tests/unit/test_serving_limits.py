@@ -228,9 +228,9 @@ def slow_limits_server(store):
     """The app under uvicorn with the serve command's protocol and tight client deadlines."""
     import uvicorn
 
+    from corpusgraph.cli.serve import uvicorn_limits
     from corpusgraph.config import ServeSection
     from serving import create_app
-    from serving.cli_serve import uvicorn_limits
 
     limits = uvicorn_limits(ServeSection(header_timeout_s=0.5, keep_alive_s=1, max_header_bytes=2048))
     app = create_app(settings(body_timeout_s=0.5), engine_factory=lambda _s: make_engine(store, ScriptedChat("A.")))
@@ -291,7 +291,7 @@ def test_oversized_headers_are_refused(slow_limits_server):
 
 
 def test_a_key_file_others_can_read_is_refused_naming_the_path_and_the_fix(tmp_path, capsys):
-    from corpusgraph.cli import main
+    from corpusgraph.cli.main import main
     from serving.keys import read_key_file
 
     keys = tmp_path / "keys"
@@ -315,7 +315,7 @@ def test_a_key_file_others_can_read_is_refused_naming_the_path_and_the_fix(tmp_p
 
 _ARENA_PROBE = r"""
 import ctypes, os, sys, tempfile, threading
-from serving.cli_serve import limit_malloc_arenas
+from corpusgraph.cli.serve import limit_malloc_arenas
 
 arenas = int(sys.argv[1])
 print("set", limit_malloc_arenas(arenas))

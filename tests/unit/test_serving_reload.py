@@ -52,7 +52,7 @@ def _app(index, **kw):
 
 
 def test_an_update_under_concurrent_readers_is_seen_whole_or_not_at_all(index):
-    from corpusgraph.runlock import run_lock
+    from corpusgraph.storage.runlock import run_lock
 
     wh, _ = index
     app = _app(index, admin_key="admin-secret")
@@ -137,7 +137,7 @@ def test_reload_is_off_without_an_admin_key_and_needs_the_key(index):
 def test_the_poll_picks_up_a_new_version_only_when_no_run_holds_the_warehouse(index):
     from fastapi.testclient import TestClient
 
-    from corpusgraph.runlock import run_lock
+    from corpusgraph.storage.runlock import run_lock
 
     wh, _ = index
 

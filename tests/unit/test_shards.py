@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyarrow import fs as pafs
 
-from corpusgraph import storage
-from corpusgraph.shards import ATTEMPT, UNIT, ShardSink
+from corpusgraph.storage import locations as storage
+from corpusgraph.storage.shards import ATTEMPT, UNIT, ShardSink
 
 pytestmark = pytest.mark.unit
 

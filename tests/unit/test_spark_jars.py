@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corpusgraph.spark import jar_paths
+from corpusgraph.runner.spark import jar_paths
 
 
 def _folder(tmp_path, *names):

@@ -1,4 +1,4 @@
-"""storage.py: one location and one set of S3 settings, told to Spark, delta-rs and pyarrow."""
+"""storage/locations.py: one location and one set of S3 settings, told to Spark, delta-rs and pyarrow."""
 
 from __future__ import annotations
 
@@ -7,15 +7,8 @@ import os
 import pytest
 from pyarrow import fs
 
-from corpusgraph.storage import (
-    Location,
-    S3Settings,
-    arrow_filesystem,
-    delta_storage_options,
-    delta_uri,
-    parse,
-    spark_hadoop_conf,
-)
+from corpusgraph.storage.locations import (Location, S3Settings, arrow_filesystem, delta_storage_options, delta_uri,
+                                           parse, spark_hadoop_conf)
 
 LOCAL_S3 = S3Settings(endpoint="http://127.0.0.1:9000", access_key="k", secret_key="s", path_style=True)
 

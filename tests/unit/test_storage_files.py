@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from corpusgraph.storage import S3Settings, download, list_files, open_delta, upload
+from corpusgraph.storage.locations import S3Settings, download, list_files, open_delta, upload
 
 pytestmark = pytest.mark.unit
 

@@ -1,8 +1,11 @@
-"""The house's structure, checked: no import circle among the project's modules, no module over 450 lines.
+"""The house's structure, checked: a declared layer order between the packages, no import circle
+among the project's modules, only contract leaves and folders at the package's top, no module over
+450 lines.
 
 Imports are read with `ast` from the source, function-level imports included (a lazy import still
-ties two modules together), so the check needs nothing installed and runs in the unit tier.
-Imports under `if TYPE_CHECKING:` are left out: they exist for annotations and never run.
+ties two modules together), so the check needs nothing installed and runs in the unit tier. The
+circle check leaves out imports under `if TYPE_CHECKING:` (they exist for annotations and never
+run); the layer check counts them, since a reader sees them as ties all the same.
 """
 
 from __future__ import annotations
@@ -49,12 +52,15 @@ def _runtime_nodes(tree: ast.AST):
             todo.append(child)
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (with type_checking=True, those imported under
+    `if TYPE_CHECKING:` too)."""
     modules = _modules()
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for mod, path in modules.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in (ast.walk(tree) if type_checking else _runtime_nodes(tree)):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -132,13 +138,79 @@ def test_cycle_finder_sees_a_circle_and_a_chain():
 
 def test_the_graph_sees_lazy_and_relative_imports():
     graph = import_graph()
-    # pipeline.py imports the stage steps; the service imports the query engine.
-    assert any(t.startswith("corpusgraph.") for t in graph["corpusgraph.cli"])
+    # runner/pipeline.py imports the stage steps; the service imports the query engine.
+    assert any(t.startswith("corpusgraph.") for t in graph["corpusgraph.cli.main"])
     assert "corpusgraph.query.engine" in set().union(*(graph[m] for m in graph if m.startswith("serving")))
 
 
 def test_no_import_circle():
     assert cycles(import_graph()) == []
+
+
+# Each line may import only lines below it (a package imports itself freely). The face
+# (corpusgraph/__init__.py) names everything lazily and stands above all of them.
+LAYERS = (
+    ("corpusgraph.cli",),
+    ("serving",),
+    ("corpusgraph.runner", "corpusgraph.export", "corpusgraph.report", "corpusgraph.evaluate"),
+    ("corpusgraph.query", "corpusgraph.estimate"),
+    ("corpusgraph.stages",),
+    ("corpusgraph.llm", "corpusgraph.storage"),
+    ("corpusgraph.config", "corpusgraph.sections", "corpusgraph.tables", "corpusgraph.prompts", "corpusgraph.text",
+     "corpusgraph.tokens", "corpusgraph.lazy", "corpusgraph.graph", "corpusgraph.samples"),
+)
+# Within a line, only these ties between packages: the report reads the stage names; the root
+# config is made of the sections.
+SIDEWAYS = {("corpusgraph.report", "corpusgraph.runner"), ("corpusgraph.config", "corpusgraph.sections")}
+# Never, whatever the lines say: the query side runs without Spark or the runner, the service too.
+NEVER = {("corpusgraph.query", "corpusgraph.stages"), ("corpusgraph.query", "corpusgraph.runner"),
+         ("serving", "corpusgraph.runner"), ("serving", "corpusgraph.stages")}
+# Known ties against the order, each with what removes it.
+KNOWN_UPWARD = {
+    # S3Section.settings() builds storage's S3Settings and StorageSection.uses_s3() parses a location:
+    # goes when storage takes the S3Section itself.
+    ("corpusgraph.sections.runtime", "corpusgraph.storage.locations"),
+}
+TOP_LEVEL_LEAVES = {"__init__.py", "config.py", "tables.py", "prompts.py", "text.py", "tokens.py", "lazy.py"}
+
+
+def _package(module: str) -> str:
+    for line in LAYERS:
+        for pkg in line:
+            if module == pkg or module.startswith(pkg + "."):
+                return pkg
+    raise AssertionError(f"{module} is in no layer of LAYERS")
+
+
+def _layer(pkg: str) -> int:
+    return next(i for i, line in enumerate(LAYERS) if pkg in line)
+
+
+def test_layer_order():
+    wrong = []
+    for mod, targets in import_graph(type_checking=True).items():
+        if mod == "corpusgraph":
+            continue
+        a = _package(mod)
+        for t in targets:
+            b = _package(t)
+            if a == b or (mod, t) in KNOWN_UPWARD:
+                continue
+            if (a, b) in NEVER or _layer(b) < _layer(a) or (_layer(b) == _layer(a) and (a, b) not in SIDEWAYS):
+                wrong.append(f"{mod} -> {t}")
+    assert wrong == []
+
+
+def test_known_upward_ties_are_still_there():
+    # An entry of KNOWN_UPWARD that no longer exists must leave the list, so it cannot hide a new one.
+    graph = import_graph(type_checking=True)
+    assert {(a, b) for a, b in KNOWN_UPWARD if b not in graph.get(a, ())} == set()
+
+
+def test_package_top_holds_only_contract_leaves_and_folders():
+    top = REPO / "lib" / "corpusgraph"
+    loose = {p.name for p in top.glob("*.py")} - TOP_LEVEL_LEAVES
+    assert loose == set()
 
 
 def test_no_module_over_450_lines():

@@ -50,7 +50,7 @@ def test_columns_shards_and_domains(corpus):
 
 def test_ingest_reads_id_title_and_domain(corpus):
     from corpusgraph.config import IngestSection
-    from corpusgraph.stages.ingest import parse_file
+    from corpusgraph.stages.ingest.files import parse_file
 
     path = corpus["out"] / "parquet" / "docs-00000.parquet"
     data = path.read_bytes()
@@ -155,7 +155,7 @@ def _pack_request(texts, section, priors=None):
     from corpusgraph.config import load_config
     from corpusgraph.llm.openai_http import response_format
     from corpusgraph.prompts import load_prompt
-    from corpusgraph.stages.extract import ExtractPrompts, build_pack_request
+    from corpusgraph.stages.extract.llm import ExtractPrompts, build_pack_request
 
     cfg = load_config(REPO / "conf" / "local.yaml")
     prompts = ExtractPrompts(load_prompt(cfg.prompt_path(cfg.extract.prompt)),
@@ -167,7 +167,7 @@ def _pack_request(texts, section, priors=None):
 def test_extraction_answers_parse_and_gleaning_adds_only_new_names(corpus, lex):
     from corpusgraph.config import ExtractSection
     from corpusgraph.llm.base import ChatResult
-    from corpusgraph.stages.extract import split_pack_answer
+    from corpusgraph.stages.extract.parse import split_pack_answer
 
     section = ExtractSection(max_entities=4, max_relationships=4)
     texts = [d["text"][:1500] for d in corpus["docs"][10:13]]
@@ -228,7 +228,7 @@ def test_report_summary_and_adjudication(corpus, lex):
     from corpusgraph.config import ReportsSection, ResolveSection
     from corpusgraph.llm.base import ChatResult
     from corpusgraph.stages.reports import parse_report, report_schema
-    from corpusgraph.stages.resolve_llm import adjudication_schema, parse_summary, parse_verdict, summary_schema
+    from corpusgraph.stages.resolve.llm import adjudication_schema, parse_summary, parse_verdict, summary_schema
 
     ctx = "Entities:\n- Contoso (ORGANIZATION): a firm\n- Paris (LOCATION): a city\n\nRelationships:\n" \
           "- Contoso -> Paris [weight 3]: Contoso is based in Paris"

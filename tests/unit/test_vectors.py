@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from corpusgraph.query.vectors import VectorIndex, available_kinds, write_index
+from corpusgraph.storage.vectors import VectorIndex, available_kinds, write_index
 
 pytestmark = pytest.mark.unit
 

@@ -131,7 +131,7 @@ def test_real_vllm_engine_answers_a_schema_request(tmp_path):
     if not model:
         pytest.skip("set CORPUSGRAPH_VLLM_MODEL to a local model folder (no model hub is reachable here)")
     from corpusgraph.llm.factory import open_chat_model
-    from corpusgraph.llm.factory import parse_json_answer
+    from corpusgraph.llm.parse import parse_json_answer
 
     llm = LLMSection(backend="vllm", model=model, vllm_engine_args={"max_model_len": 2048, "enforce_eager": True})
     chat = open_chat_model(llm, tmp_path)

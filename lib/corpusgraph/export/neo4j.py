@@ -31,7 +31,7 @@ import shlex
 from pathlib import Path
 
 from corpusgraph.export.source import View
-from corpusgraph.query.store import report_shown
+from corpusgraph.query.rows import report_shown
 
 __all__ = ["write_neo4j", "ARRAY_DELIMITER", "IMPORT_SCRIPT"]
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from corpusgraph.export.source import Source, View
 from corpusgraph.query.access import claim_visible, domain_view_id
-from corpusgraph.query.store import report_shown
+from corpusgraph.query.rows import report_shown
 from corpusgraph.tables import TABLES
 
 __all__ = ["write_parquet", "VIEW_TABLES"]

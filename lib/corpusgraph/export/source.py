@@ -18,16 +18,11 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from corpusgraph.query.access import (
-    community_visible,
-    entity_visible,
-    one_domain,
-    parent_in_view,
-    partial_view_community,
-    relationship_visible,
-)
-from corpusgraph.query.store import IndexMissingError, report_shown
-from corpusgraph.storage import S3Settings, open_delta
+from corpusgraph.query.access import (community_visible, entity_visible, one_domain, parent_in_view,
+                                      partial_view_community, relationship_visible)
+from corpusgraph.query.rows import report_shown
+from corpusgraph.query.store import IndexMissingError
+from corpusgraph.storage.locations import S3Settings, open_delta
 from corpusgraph.tables import table_path
 
 __all__ = ["Source", "View", "BATCH_ROWS"]

@@ -184,7 +184,7 @@ def _leiden(
     null_factor[has] = resolution / (2.0 * per_node_total[has])
     del per_node_total, has
     if engine == "native":
-        from .native import leiden_groups
+        from corpusgraph.graph.native import leiden_groups
 
         return leiden_groups(n, edges, weights, strength, null_factor, seed, n_iterations, beta=_BETA)
     return _leiden_igraph(n, edges, weights, strength * np.sqrt(null_factor), seed, n_iterations)

@@ -7,8 +7,9 @@ in a subprocess.
 
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult, Embedder, Usage
 from corpusgraph.llm.cache import ResponseCache, cache_key
-from corpusgraph.llm.factory import open_chat_model, parse_json_answer
+from corpusgraph.llm.factory import open_chat_model
 from corpusgraph.llm.openai_http import OpenAIChatModel
+from corpusgraph.llm.parse import parse_json_answer
 from corpusgraph.llm.server import EmbeddedServer, EmbeddedServerError
 
 __all__ = [

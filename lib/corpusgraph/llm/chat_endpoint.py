@@ -32,7 +32,7 @@ class ChatEndpoint:
         if self.llm.backend != "embedded":
             return self.llm.api_base
         if self._server is None:
-            from .server import EmbeddedServer
+            from corpusgraph.llm.server import EmbeddedServer
 
             if self._log is not None:
                 self._log(f"starting the embedded model server ({self.llm.model}, CPU)")

@@ -71,7 +71,7 @@ class OpenAIChatModel(EndpointClient):
         self.base_url = self.base_urls[0]  # the only one, in the common single-endpoint case
         self.schema_style = schema_style
         # Told of every result as it comes (an answer, an error or a cache hit): the Ray runner's
-        # progress count (ray_runner._LLMWorker). Never raises into the batch.
+        # progress count (passes.llm._LLMWorker). Never raises into the batch.
         self.on_result: Callable[[], None] | None = None
         self._schema_lengths: dict[int, tuple[dict, int]] = {}  # id(schema) -> (schema, its JSON length)
 

@@ -1,6 +1,6 @@
 """The `vllm` backend: a ChatModel that owns an in-process vLLM engine.
 
-With `llm.backend: vllm` each Ray worker actor (ray_runner._LLMWorker) builds one of these in
+With `llm.backend: vllm` each Ray worker actor (passes.llm._LLMWorker) builds one of these in
 its constructor, so the actor owns a `vllm.LLM` engine on its GPU (ask Ray for it with
 `ray.num_gpus_per_actor`) and every batch Ray Data hands the actor goes to the engine as one
 `LLM.chat` call, which vLLM schedules with continuous batching. No HTTP server, no port.

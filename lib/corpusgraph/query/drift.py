@@ -26,9 +26,10 @@ import numpy as np
 
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel, ChatRequest, Embedder
-from corpusgraph.query.answer import Answer, ask_once, cited_tags, citations_for, fill_prompt, fit_budget, pack_blocks, unique_ordered
-from corpusgraph.query.global_search import report_block
+from corpusgraph.query.answer import (Answer, ask_once, cited_tags, citations_for, fill_prompt, fit_budget, pack_blocks,
+                                      unique_ordered)
 from corpusgraph.query.coverage import context_coverage, seed_facts
+from corpusgraph.query.global_search import report_block
 from corpusgraph.query.local import HOPS, build_local_context, select_seeds
 from corpusgraph.query.question import Question, parse_question
 from corpusgraph.query.store import IndexMissingError, IndexStore
@@ -54,7 +55,7 @@ def drift_schema(max_follow_ups: int) -> dict:
 def parse_step(text: str | None, max_follow_ups: int) -> tuple[str, list[str]] | None:
     """(answer, follow-up questions) of one step, or None when it is not such a JSON object.
     Blank and repeated follow-ups are dropped; a missing list means none."""
-    from corpusgraph.llm.factory import parse_json_answer
+    from corpusgraph.llm.parse import parse_json_answer
 
     obj, _ = parse_json_answer(text)
     if not isinstance(obj, dict) or not isinstance(obj.get("answer"), str):

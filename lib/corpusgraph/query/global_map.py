@@ -73,7 +73,7 @@ def rate_schema() -> dict:
 
 def parse_rating(text: str | None) -> int | None:
     """The 0-5 score of a rating answer, or None when it is not a JSON object with a number."""
-    from corpusgraph.llm.factory import parse_json_answer
+    from corpusgraph.llm.parse import parse_json_answer
 
     obj, _ = parse_json_answer(text)
     if not isinstance(obj, dict):
@@ -140,7 +140,7 @@ def _report_ids(raw: object, chunk: dict[int, str]) -> list[str]:
 def parse_points(text: str | None, chunk: dict[int, str]) -> list[Point] | None:
     """Points of one map answer, or None when the answer is not a JSON object with a list of
     points. Single points without a description or a finite numeric score are dropped."""
-    from corpusgraph.llm.factory import parse_json_answer
+    from corpusgraph.llm.parse import parse_json_answer
 
     obj, _ = parse_json_answer(text)
     if not isinstance(obj, dict) or not isinstance(obj.get("points"), list):

@@ -17,7 +17,7 @@ def open_query_engine(cfg: Config, base_url: str | None) -> QueryEngine:
     from corpusgraph.llm.embedders import check_index_model, open_embedder
     from corpusgraph.llm.factory import open_chat_model
     from corpusgraph.query.store import IndexStore
-    from corpusgraph.query.vectors import available_kinds
+    from corpusgraph.storage.vectors import available_kinds
 
     s3 = cfg.storage.s3.settings()  # the warehouse and index_dir may be on S3
     store = IndexStore(cfg.storage.warehouse, cfg.storage.index_dir, s3=s3)

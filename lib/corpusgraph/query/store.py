@@ -24,12 +24,12 @@ import numpy as np
 from corpusgraph.query.access import VisibleVectors, select_view
 from corpusgraph.query.columns import CsrMap, Rows
 from corpusgraph.query.rows import FILL, KEYS, DomainReportRow, filled, report_shown
-from corpusgraph.storage import S3Settings, open_delta
+from corpusgraph.storage.locations import S3Settings, open_delta
 from corpusgraph.tables import table as table_contract
 from corpusgraph.tables import table_path
 from corpusgraph.text import normalise_name
 
-__all__ = ["IndexStore", "RestrictedStore", "IndexMissingError", "UnitDomains", "report_shown"]
+__all__ = ["IndexStore", "RestrictedStore", "IndexMissingError", "UnitDomains"]
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class IndexStore:
     `domains` is None: this store is the whole index. `restricted(domains)` gives the part built
     only from documents in those domains (access.py), an IndexStore of its own.
 
-    warehouse and index_dir are folders or URIs (corpusgraph.storage); `s3` says how to reach
+    warehouse and index_dir are folders or URIs (corpusgraph.storage.locations); `s3` says how to reach
     those on S3 (None: the environment's settings, or a store not on S3).
     """
 
@@ -276,7 +276,7 @@ class IndexStore:
     def vectors(self, kind: str):
         """The FAISS index of one kind ("text_unit", "entity", "community_report"), loaded once."""
         if kind not in self._vectors:
-            from corpusgraph.query.vectors import VectorIndex
+            from corpusgraph.storage.vectors import VectorIndex
 
             try:
                 self._vectors[kind] = VectorIndex.load(self.index_dir, kind, self.s3)

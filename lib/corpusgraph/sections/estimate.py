@@ -20,7 +20,7 @@ class ModelPrice(Section):
 
 
 class EstimateSection(Section):
-    """`corpusgraph estimate`: what a build would cost before any LLM spend (estimate.py).
+    """`corpusgraph estimate`: what a build would cost before any LLM spend (estimate/rates.py).
 
     Input tokens are counted from the real requests the stages would send: every request up to
     200k text units, a seeded sample of the extraction packs above that (with its 95% error bound

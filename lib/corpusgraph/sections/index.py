@@ -48,7 +48,7 @@ class ExtractSection(Section):
                              "next would pass this. Keep pack_tokens + units_per_call * max_tokens + ~300 under "
                              "the model's context (llm.n_ctx).")
     glean_rounds: int = Field(1, ge=0, le=5, description="LLM path: most gleaning rounds per unit. A round runs only "
-                              "for units whose result looks incomplete (see stages/extract.py needs_gleaning).")
+                              "for units whose result looks incomplete (see stages/extract/llm.py needs_gleaning).")
     glean_min_missing: int = Field(2, ge=1, description="Gleaning rule: this many capitalised names in the text that "
                                    "no extracted entity covers make a result look incomplete.")
     prompt_continue: str = Field("prompts/extract_continue.txt", description="Gleaning prompt (the missed-items "
@@ -129,7 +129,7 @@ class ResolveSection(Section):
         default_factory=lambda: {"bias": -6.45, "name": 3.0, "name_strong": 2.54, "small_edit": 0.5, "initials": 1.23,
                                  "desc": 2.98, "neighbours": 2.85, "no_context": 0.0, "extra_tail": -0.36,
                                  "extra_head": 2.12, "extra_inner": 1.38, "number_clash": -2.58, "related": -0.1},
-        description="Logistic weights of the pair features (see stages/resolve_score.py); score = sigmoid(sum).",
+        description="Logistic weights of the pair features (see stages/resolve/score.py); score = sigmoid(sum).",
     )
 
 

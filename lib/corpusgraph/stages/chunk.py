@@ -12,9 +12,9 @@ from typing import Iterator, NamedTuple
 
 import pyarrow as pa
 
-from ..config import ChunkSection
-from ..tables import table
-from ..tokens import get_encoding
+from corpusgraph.config import ChunkSection
+from corpusgraph.tables import table
+from corpusgraph.tokens import get_encoding
 
 __all__ = ["chunk_text", "Chunk", "unit_id", "chunk_documents"]
 
@@ -90,7 +90,7 @@ def _chunk_batches(batches: Iterator[pa.RecordBatch], section: ChunkSection) -> 
 
 def chunk_documents(documents, section: ChunkSection):
     """documents (live rows) -> text_units, in Arrow batches on the executors."""
-    from ..tables import spark_schema
+    from corpusgraph.tables import spark_schema
 
     live = documents.where("NOT deleted").select("doc_id", "text")
     return live.mapInArrow(lambda it: _chunk_batches(it, section), spark_schema("text_units"))

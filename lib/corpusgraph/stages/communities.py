@@ -12,7 +12,7 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
-from ..config import CommunitiesSection
+from corpusgraph.config import CommunitiesSection
 
 __all__ = ["encode_graph", "detect", "membership_table", "kept_membership", "communities_from_membership",
            "MEMBERSHIP_SCHEMA"]
@@ -59,7 +59,7 @@ def detect(ids: list[str], a: np.ndarray, b: np.ndarray, w: np.ndarray, section:
            on_level=None) -> pa.Table:
     """Driver side: hierarchical Leiden over the encoded graph -> membership rows. `on_level(n)`
     is told the number of levels built so far, after each (the stage's progress bar)."""
-    from ..graph.leiden import hierarchical_leiden
+    from corpusgraph.graph.leiden import hierarchical_leiden
 
     edges = np.stack([a, b], axis=1).astype(np.int64) if len(a) else np.zeros((0, 2), dtype=np.int64)
     order = np.lexsort((edges[:, 1], edges[:, 0])) if len(edges) else np.array([], dtype=np.int64)

@@ -25,11 +25,11 @@ from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
-from ..config import ReportsSection
-from ..llm.base import ChatRequest, ChatResult
-from ..prompts import Prompt
-from ..tables import spark_struct, table
-from ..tokens import count_tokens, truncate_tokens
+from corpusgraph.config import ReportsSection
+from corpusgraph.llm.base import ChatRequest, ChatResult
+from corpusgraph.prompts import Prompt
+from corpusgraph.tables import spark_struct, table
+from corpusgraph.tokens import count_tokens, truncate_tokens
 
 __all__ = ["report_schema", "build_context", "build_domain_context", "domain_names", "parse_report", "ReportTask", "DomainReportTask",
            "level_inputs", "domain_level_inputs", "CONTEXT_SCHEMA", "DOMAIN_CONTEXT_SCHEMA"]
@@ -139,7 +139,7 @@ def level_inputs(communities, entities, relationships, reports, level: int, sect
     """
     from pyspark.sql import functions as F
 
-    from ..tables import spark_schema  # noqa: F401
+    from corpusgraph.tables import spark_schema  # noqa: F401
 
     comm = communities.where((F.col("level") == level) & (F.col("size") >= section.min_size))
     ent_rows = comm.select("community_id", F.explode("entity_ids").alias("entity_id")).join(
@@ -259,7 +259,7 @@ def domain_level_inputs(communities, entities, relationships, text_units, docume
 
 
 def parse_report(result: ChatResult, section: ReportsSection) -> dict[str, Any]:
-    from ..llm.factory import parse_json_answer
+    from corpusgraph.llm.parse import parse_json_answer
 
     empty = {"title": None, "summary": None, "findings": [], "rating": None, "rating_explanation": None}
     if result.error:

@@ -1,0 +1,2 @@
+"""The `corpusgraph` command line: every subcommand is registered in main.py.
+"""

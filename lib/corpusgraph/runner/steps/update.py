@@ -1,0 +1,150 @@
+"""Incremental update: new, changed and deleted documents, without paying for a rebuild.
+
+This module holds update's own steps (incremental chunk and communities, and the cost summary);
+they are registry entries recorded under the names "chunk", "communities" and "cost", like the
+stages they stand in for, so the `runs` and `llm_calls` rows of an update read as before.
+
+What each step redoes, and why it is enough:
+
+- ingest (steps.index.ingest): documents are keyed by content hash, so a new file is a new row, an
+  edited file is a new row plus its old version soft-deleted, and a vanished file is
+  soft-deleted.
+- chunk (steps.update.chunk): only live documents without units are chunked; units of dead
+  documents are removed, both by Delta MERGE. Unit ids are content hashes, so untouched
+  documents keep theirs.
+- extract (steps.index.extract): sends only units with no stored extraction, i.e. the new ones.
+- resolve (steps.index.resolve, runner/steps/resolve.py): new mentions are resolved against the stored
+  pair decisions, not re-resolved. Nodes (one per normalised name) and candidate pairs are
+  recomputed from the stored extractions of live units (cheap Spark, no LLM). Each node has a
+  signature, a hash of what a pair score and an adjudication request read from it (key, title,
+  type, descriptions, neighbour names); a pair whose two signatures match its row in
+  `resolve_pairs` (and whose scoring and prompt fingerprints still hold) keeps its stored score
+  and LLM verdict. Only pairs touching a new or changed node, i.e. a name the added or deleted
+  units mention, are scored, and only those of them in the ambiguous band go to the LLM; pairs
+  whose endpoint vanished drop out. Connected components (with the chain guard) then run over
+  all merge edges, and entities, aliases, relationships and claims are rebuilt from live
+  mentions, so the tables equal a full rebuild's: a reused decision is the one the rebuild would
+  compute, since everything it depends on is in the signatures and fingerprints. Entities,
+  relationships and claims that only deleted units supported disappear because their extractions
+  are no longer live. The stage's rows say what was redone: pairs_scored, pairs_reused,
+  pairs_dropped, adjudicated, adjudications_reused.
+- communities (steps.update.communities): the previous partition is extended to new nodes by
+  weighted neighbour majority, level by level (graph/extend.py); its modularity on the new graph
+  is compared with the modularity recorded when it was detected. Past `update.redetect_drift`
+  (relative loss) the graph is re-detected in full; otherwise the partition is kept. Either way
+  the table is written by MERGE, and community ids are hashes of their members, so an unchanged
+  community keeps its id.
+- reports (steps.index.reports): only communities whose (id, built_from) has no report are sent: those
+  whose membership changed (new id), whose content changed (new built_from), and their ancestors
+  (whose members or child reports changed with them).
+- embed (steps.index.embed): only items whose text hash has no vector.
+
+The run is pipeline `update` of the registry (runner/registry.py), recorded in `runs` (kind "update")
+with what was redone, and next to it (the `cost` step) the estimated cost of a full rebuild of
+the live corpus (estimate/rates.py, at the warehouse's own rates).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from corpusgraph.config import ChunkSection, CommunitiesSection, UpdateSection
+from corpusgraph.graph.extend import extend_partition, modularity, old_partition
+from corpusgraph.llm.base import Usage
+from corpusgraph.runner.handoff import save
+from corpusgraph.runner.run import StageContext, StageResult
+from corpusgraph.runner.steps.index import graph_arrays, membership_frame
+
+__all__ = ["chunk", "communities", "cost"]
+
+
+def chunk(st: StageContext, *, chunk: ChunkSection) -> StageResult:
+    """Only live documents without units are chunked; units of dead documents are removed."""
+    from pyspark.sql import functions as F
+
+    from corpusgraph.stages import chunk as chunk_stage
+
+    docs, units = st.tables.read("documents"), st.tables.read("text_units")
+    live = docs.where(~F.col("deleted"))
+    had_units = units.select("doc_id").distinct()
+    # Materialise both sets before writing: they are defined against the table being changed.
+    new_docs = save(st, live.join(had_units, "doc_id", "left_anti"), "new-docs")
+    dead = save(st, units.join(live.select("doc_id"), "doc_id", "left_anti").select("unit_id", "doc_id"), "dead-units")
+    gone_docs = dead.select("doc_id").distinct().join(docs.select("doc_id", "source_uri"), "doc_id")
+    changed = new_docs.select("source_uri").distinct().join(gone_docs.select("source_uri"), "source_uri", "left_semi").count()
+    n_new_docs, n_gone_docs, n_dead = new_docs.count(), gone_docs.count(), dead.count()
+    if n_dead:
+        st.tables.delete_matching("text_units", dead, "unit_id")
+    n_added = 0
+    if n_new_docs:
+        added = save(st, chunk_stage.chunk_documents(new_docs, chunk), "added-units")
+        n_added = added.count()
+        st.tables.merge("text_units", added, update=False)
+    return StageResult(rows={"docs_added": n_new_docs - changed, "docs_changed": changed,
+                             "docs_deleted": n_gone_docs - changed, "units_added": n_added, "units_removed": n_dead,
+                             "text_units": st.tables.read("text_units").count()})
+
+
+def communities(st: StageContext, *, communities: CommunitiesSection, update: UpdateSection) -> StageResult:
+    """The stored partition extended to new nodes (graph/extend.py), kept unless its modularity
+    drifted past update.redetect_drift, else detected again; written by MERGE either way."""
+    from corpusgraph.graph.leiden import normalise_edges
+    from corpusgraph.stages import communities as comm_stage
+
+    ents, rels = st.tables.read("entities"), st.tables.read("relationships")
+    ids, a, b, w, _ = graph_arrays(ents, rels)
+    old_rows = st.tables.read("communities").select("community_id", "level", "parent_id", "entity_ids",
+                                                    "graph_version", "modularity").toArrow().to_pylist()
+    old = old_partition(ids, old_rows)
+    edges, weights = normalise_edges(len(ids), np.stack([a, b], axis=1).astype(np.int64) if len(a) else
+                                     np.zeros((0, 2), np.int64), w)
+    rows = {"entities": len(ids), "new_nodes": int((old.labels[0] < 0).sum()) if old.labels else len(ids)}
+    q_rec = old.recorded.get(0, float("nan"))
+    redetect, q_ext, drift = True, float("nan"), float("nan")
+    if old.labels and len(ids) and np.isfinite(q_rec) and q_rec > 0:
+        labels, parents = extend_partition(len(ids), edges, weights, old)
+        q_ext = modularity(len(ids), edges, weights, labels[0])
+        drift = (q_rec - q_ext) / q_rec if np.isfinite(q_ext) else float("inf")
+        redetect = not drift <= update.redetect_drift
+    if redetect:
+        membership = comm_stage.detect(ids, a, b, w, communities)
+    else:
+        membership = comm_stage.kept_membership(ids, labels, parents, old.versions, old.recorded)
+    fresh = save(st, comm_stage.communities_from_membership(membership_frame(st.spark, membership), ents, rels), "out")
+    before = {r["community_id"] for r in old_rows}
+    after = {r["community_id"] for r in fresh.select("community_id").collect()}
+    st.tables.merge("communities", fresh, delete_missing=True)
+    result = StageResult(rows={**rows, "redetected": int(redetect), "communities": len(after),
+                               "communities_new": len(after - before), "communities_gone": len(before - after),
+                               "modularity_recorded": round(q_rec, 4), "modularity_extended": round(q_ext, 4),
+                               "drift": round(drift, 4)})
+    result.notes.append(
+        ("re-detected in full" if redetect else "kept the partition and placed new nodes")
+        + f": recorded modularity {q_rec:.3f}, extended {q_ext:.3f}, drift {drift:.3f} "
+        f"(threshold {update.redetect_drift})")
+    return result
+
+
+def cost(st: StageContext, *, update: UpdateSection) -> StageResult:
+    """What this update redid and paid, next to what a full rebuild would cost.
+
+    The rebuild is priced by the run's `price_rebuild` service (update.run_update provides it:
+    the estimate module runs pipelines itself, so the registry's modules do not import it)."""
+    spent = Usage()
+    for r in st.earlier.values():
+        if r.usage is not None:
+            spent.merge(r.usage)
+    rows = {
+        "units_extracted": st.earlier["extract"].rows.get("sent", 0),
+        "communities_reported": st.earlier["reports"].rows.get("sent", 0),
+        "redetected": st.earlier["communities"].rows["redetected"],
+        "llm_calls": spent.calls, "tokens": spent.tokens_in + spent.tokens_out,
+    }
+    result = StageResult(rows=rows)
+    if update.estimate_full_rebuild:
+        est = st.service("price_rebuild")(st.tables)
+        rows.update(full_rebuild_calls=est.llm_calls, full_rebuild_tokens=est.llm_tokens,
+                    token_fraction=round(rows["tokens"] / est.llm_tokens, 4) if est.llm_tokens else 0.0)
+        result.notes.append(f"this update: {rows['tokens']:,} tokens in {spent.calls} calls; a full rebuild: "
+                            f"about {est.llm_tokens:,} tokens in {est.llm_calls} calls ({est.rates.source})")
+    return result

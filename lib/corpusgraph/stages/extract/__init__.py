@@ -1,0 +1,3 @@
+"""Extraction: requests and packs (llm.py), answer parsing (parse.py), gleaning (glean.py), the
+LLM-free fast method (fast.py), and prompt tuning (tune.py).
+"""

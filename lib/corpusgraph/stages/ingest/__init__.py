@@ -1,0 +1,2 @@
+"""Ingest: files (files.py) and Parquet datasets (parquet.py) into `documents` and `quarantine`.
+"""

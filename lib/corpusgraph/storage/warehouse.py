@@ -1,0 +1,133 @@
+"""Reading and writing the Delta tables of tables.py, with every write checked against its schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from corpusgraph.tables import TABLES, spark_schema, table, table_path
+
+__all__ = ["Warehouse"]
+
+
+class Warehouse:
+    """The Delta tables under one warehouse folder, for one Spark session."""
+
+    def __init__(self, spark, root: str):
+        self.spark, self.root = spark, root
+
+    def path(self, name: str) -> str:
+        return table_path(self.root, name)
+
+    @property
+    def local(self) -> bool:
+        """A plain folder (not a URI): delta-rs writes there with no storage options to carry."""
+        return "://" not in self.root
+
+    def ensure_all(self, names=None) -> None:
+        """Create every declared table (or those named) that does not exist yet, empty, with its schema.
+
+        On a local warehouse delta-rs creates them (milliseconds each; a Spark createIfNotExists
+        is a JVM round trip and a commit, seconds each, paid by every first run); on a URI Spark
+        does, through the Hadoop filesystem the cluster configured.
+        """
+        for name in names or TABLES:
+            if not self.local:
+                from delta.tables import DeltaTable
+
+                DeltaTable.createIfNotExists(self.spark).location(self.path(name)).addColumns(
+                    spark_schema(name)).execute()
+            elif not (Path(self.path(name)) / "_delta_log").is_dir():  # not yet a Delta table
+                from deltalake import DeltaTable as RsTable
+
+                RsTable.create(self.path(name), schema=table(name).schema, mode="ignore")
+
+    def read(self, name: str):
+        return self.spark.read.format("delta").load(self.path(name))
+
+    def conform(self, name: str, df):
+        """The frame with exactly the table's columns, in order and declared types; a clear error
+        when a column is missing (a stage bug, caught before anything is written)."""
+        from pyspark.sql import functions as F
+
+        schema = spark_schema(name)
+        missing = [f.name for f in schema if f.name not in df.columns]
+        if missing:
+            raise ValueError(f"output for table {name!r} lacks columns {missing}; it has {df.columns}")
+        return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema])
+
+    def overwrite(self, name: str, df, *, replace_schema: bool = False) -> None:
+        """replace_schema: the table takes the declared schema even where its stored one differs
+        (a warehouse made before a column was added to the table's contract)."""
+        writer = self.conform(name, df).write.format("delta").mode("overwrite")
+        if replace_schema:
+            writer = writer.option("overwriteSchema", "true")
+        writer.save(self.path(name))
+
+    def append(self, name: str, df) -> None:
+        self.conform(name, df).write.format("delta").mode("append").save(self.path(name))
+
+    def merge(self, name: str, df, *, update: bool = True, delete_missing: bool = False,
+              soft_delete: str | None = None) -> None:
+        """Upsert on the table's key.
+
+        update: matched rows take the new values. delete_missing: target rows absent from df are
+        deleted. soft_delete: instead, set this boolean column to true on them (documents).
+        """
+        from delta.tables import DeltaTable
+
+        keys = table(name).key
+        cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+        m = DeltaTable.forPath(self.spark, self.path(name)).alias("t").merge(self.conform(name, df).alias("s"), cond)
+        if update:
+            m = m.whenMatchedUpdateAll()
+        elif soft_delete:  # a document that comes back is live again; nothing else changes
+            m = m.whenMatchedUpdate(condition=f"t.`{soft_delete}`", set={soft_delete: "false"})
+        m = m.whenNotMatchedInsertAll()
+        if soft_delete:
+            m = m.whenNotMatchedBySourceUpdate(condition=f"NOT t.`{soft_delete}`", set={soft_delete: "true"})
+        elif delete_missing:
+            m = m.whenNotMatchedBySourceDelete()
+        m.execute()
+
+    def upsert_records(self, name: str, records: list[dict]) -> None:
+        """Upsert a few records built on the driver (a run's `runs` row, its `llm_calls` rows) on the
+        table's key. On a local warehouse through delta-rs: a Spark MERGE of one row runs several
+        jobs (4-20 s on 2 cores, twice per run); on a URI through Spark. Records lacking a column
+        write it as null; a column the table lacks is an error.
+        """
+        schema = table(name).schema
+        extra = sorted({k for r in records for k in r} - set(schema.names))
+        if extra:
+            raise ValueError(f"records for table {name!r} have columns it lacks: {extra}")
+        if not records:
+            return
+        if not self.local:
+            self.merge(name, self.spark.createDataFrame([tuple(r.get(f) for f in schema.names) for r in records],
+                                                        spark_schema(name)))
+            return
+        import pyarrow as pa
+        from deltalake import DeltaTable as RsTable
+
+        self.ensure_all([name])
+        cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in table(name).key)
+        (RsTable(self.path(name)).merge(pa.Table.from_pylist(records, schema=schema), cond,
+                                         source_alias="s", target_alias="t")
+         .when_matched_update_all().when_not_matched_insert_all().execute())
+
+    def delete_where_missing(self, name: str, keys_df, key: str | Sequence[str]) -> None:
+        """Delete rows whose key (one column or several) is not among keys_df's (e.g. reports of
+        vanished communities, vectors of items that no longer exist)."""
+        keys = [key] if isinstance(key, str) else list(key)
+        self._merge_on(name, keys_df.select(*keys).distinct(), keys).whenNotMatchedBySourceDelete().execute()
+
+    def delete_matching(self, name: str, keys_df, key: str | Sequence[str]) -> None:
+        """Delete rows whose key is among keys_df's (e.g. the text units of deleted documents)."""
+        keys = [key] if isinstance(key, str) else list(key)
+        self._merge_on(name, keys_df.select(*keys), keys).whenMatchedDelete().execute()
+
+    def _merge_on(self, name: str, source, keys: list[str]):
+        from delta.tables import DeltaTable
+
+        cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        return DeltaTable.forPath(self.spark, self.path(name)).alias("t").merge(source.alias("s"), cond)
