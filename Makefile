@@ -100,7 +100,7 @@ bench-scale: setup
 	$(PYTEST) tests/benchmarks/test_scale.py tests/benchmarks/test_scale_update.py \
 	  tests/benchmarks/test_service_scale.py -m slow -s --timeout 10800
 
-# Microsoft graphrag for the side-by-side benchmarks, pinned in tests/benchmarks/graphrag_side.py,
+# Microsoft graphrag for the side-by-side benchmarks, pinned in tests/support/graphrag_side.py,
 # in its own virtualenv under ~/.cache/corpusgraph-bench (never .venv); the benchmarks also build
 # it on first use. CORPUSGRAPH_GRAPHRAG_VENV=/path puts it elsewhere.
 bench-graphrag-venv: setup

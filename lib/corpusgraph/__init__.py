@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from corpusgraph.lazy import lazy_exports
 
 
-
 def _installed_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -61,7 +60,11 @@ _WHERE = {
     "main": "corpusgraph.cli.main",
     "build_parser": "corpusgraph.cli.main",
 }
-__all__ = ["__version__", *_WHERE]
+__all__ = ["__version__", "Config", "ConfigError", "load_config", "build_spark", "use_active_session",
+           "ray_on_spark", "RunContext", "StageResult", "run_pipeline", "run_index", "run_update",
+           "format_summary", "run_estimate", "format_estimate", "write_chart", "ChatEndpoint",
+           "open_query_engine", "QueryEngine", "IndexStore", "Answer", "format_answer", "normalise_name",
+           "create_app", "main", "build_parser"]
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from corpusgraph.cli.main import build_parser, main

@@ -30,7 +30,8 @@ from corpusgraph.llm.base import ChatResult
 from corpusgraph.llm.openai_http import request_body
 from corpusgraph.runner.passes.llm import _LLMWorker, output_schema
 from corpusgraph.stages.extract.llm import PackTask, extract_identity
-from tests.benchmarks import scale_server, synthetic_corpus
+from tests.support import scale_server
+from tests.support import synthetic_corpus
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow

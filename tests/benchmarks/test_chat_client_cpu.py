@@ -7,7 +7,7 @@ path 31% of the actor's CPU. The client now sends through aiohttp (llm/http_comm
 
 Measured: OpenAIChatModel.complete (no cache, 8 in flight, schema-constrained requests of about 300
 words) and, as the reference, a bare aiohttp.ClientSession posting the same bodies with the same
-concurrency, each against tests/benchmarks/fixed_latency_server.py (64 slots, 1 ms per answer) in
+concurrency, each against tests/support/fixed_latency_server.py (64 slots, 1 ms per answer) in
 its own process; CPU seconds (resource.getrusage of this process) per call, CALLS calls per round,
 ROUNDS rounds alternating the two. The product's figure includes what the bare client skips:
 the endpoint pool, retries, the deadline, JSON answer parsing into ChatResult.
@@ -30,13 +30,13 @@ import pytest
 
 from corpusgraph.llm.base import ChatRequest
 from corpusgraph.llm.openai_http import OpenAIChatModel, request_body
-from tests.benchmarks.child_server import ChildServer
+from tests.support.child_server import ChildServer
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
 
 RESULTS = REPO / "tests" / "benchmarks" / "results" / "chat_client_cpu.json"
-SERVER = REPO / "tests" / "benchmarks" / "fixed_latency_server.py"
+SERVER = REPO / "tests" / "support" / "fixed_latency_server.py"
 CALLS, ROUNDS, IN_FLIGHT = 3000, 3, 8
 
 

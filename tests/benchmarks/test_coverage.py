@@ -37,7 +37,9 @@ import time
 
 import pytest
 
-from tests.benchmarks import scale_server, scripted_server, synthetic_corpus
+from tests.support import scale_server
+from tests.support import scripted_server
+from tests.support import synthetic_corpus
 from tests.benchmarks.test_scale import config_for, start_spark
 from tests.conftest import REPO, SHARED_DATA
 

@@ -42,15 +42,16 @@ import pytest
 from corpusgraph.config import load_config
 from corpusgraph.llm.server import EmbeddedServer, find_bundled_gguf
 from corpusgraph.tokens import count_tokens
-from tests.benchmarks import graphrag_side
-from tests.benchmarks.child_server import ChildServer
+from tests.support import graphrag_side
+from tests.support.child_server import ChildServer
 from tests.conftest import REPO, SHARED_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.llm, pytest.mark.spark, pytest.mark.ray]
 
 HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 RESULTS = HERE / "results" / "extraction_tokens.json"
-PROXY = HERE / "counting_proxy.py"
+PROXY = SUPPORT / "counting_proxy.py"
 MUSIQUE = SHARED_DATA / "musique100" / "docs.jsonl"
 DOCS = int(os.environ.get("CG_TOK_MUSIQUE_DOCS", "8"))
 GRAPHRAG_TIMEOUT_S = float(os.environ.get("CG_TOK_GRAPHRAG_TIMEOUT_S", "480"))

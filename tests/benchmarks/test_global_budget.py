@@ -22,14 +22,15 @@ import time
 
 import pytest
 
-from tests.benchmarks import scale_server
-from tests.benchmarks.child_server import ChildServer
+from tests.support import scale_server
+from tests.support.child_server import ChildServer
 from tests.benchmarks.test_scale import ROOT, embedding_overrides
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow]
 
 HERE = REPO / "tests" / "benchmarks"
+SUPPORT = REPO / "tests" / "support"
 RESULTS = HERE / "results" / "global_budget.json"
 RUN = os.environ.get("CORPUSGRAPH_BENCH_BUDGET_RUN", "run-100000")
 BUDGETS = [0, 500, 200]
@@ -49,7 +50,7 @@ def test_global_questions_at_each_rating_budget(tmp_path):
     corpus = root.parent / RUN.removesuffix("-exact").replace("run-", "corpus-", 1)
     rows, reports = [], None
     with scale_server.running(corpus / "truth", "--dim", "64") as embed_server, \
-            ChildServer(HERE / "fixed_latency_answer_server.py", "--slots", "512", "--latency-s", str(LATENCY_S),
+            ChildServer(SUPPORT / "fixed_latency_answer_server.py", "--slots", "512", "--latency-s", str(LATENCY_S),
                         "--relevant-share", str(RELEVANT_SHARE)) as llm:
         for budget in BUDGETS:
             sets = {"storage.warehouse": str(root / "wh"), "storage.index_dir": str(root / "idx"),

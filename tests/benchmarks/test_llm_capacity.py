@@ -51,15 +51,16 @@ from corpusgraph.config import ExtractSection, LLMSection, RaySection
 from corpusgraph.prompts import load_prompt
 from corpusgraph.runner.passes.llm import run_llm_task, usage_from_outputs
 from corpusgraph.stages.extract.llm import ExtractPrompts, PackTask, pack_batch
-from tests.benchmarks import graphrag_side
-from tests.benchmarks.child_server import ChildServer
+from tests.support import graphrag_side
+from tests.support.child_server import ChildServer
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 RESULTS = HERE / "results" / "llm_capacity.json"
-SERVER = HERE / "fixed_latency_server.py"
+SERVER = SUPPORT / "fixed_latency_server.py"
 
 UNITS = int(os.environ.get("CORPUSGRAPH_BENCH_UNITS", "2000"))
 # graphrag's client is CPU-bound (see the module docstring): ~1 request/s on the shared 2-core

@@ -31,7 +31,7 @@ import time
 
 import pytest
 
-from tests.benchmarks.resolution_set import generate_mentions
+from tests.support.resolution_set import generate_mentions
 from tests.benchmarks.test_resolution import blocking_pairs, load_extractions
 from tests.benchmarks.test_resolution import spark  # noqa: F401  (the fixture: local[2], 6g)
 from tests.conftest import REPO

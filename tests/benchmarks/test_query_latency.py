@@ -39,13 +39,14 @@ import pytest
 
 from corpusgraph.config import LLMSection, QuerySection
 from corpusgraph.tables import TABLES, table_path
-from tests.benchmarks.child_server import ChildServer
+from tests.support.child_server import ChildServer
 
 pytestmark = [pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 RESULTS = HERE / "results" / "query_latency.json"
-ANSWER_SERVER = HERE / "fixed_latency_answer_server.py"
+ANSWER_SERVER = SUPPORT / "fixed_latency_answer_server.py"
 REPO = HERE.parent.parent
 
 # CG_BENCH_ENTITIES scales the synthetic index down for a quick look (units follow at 1:5).

@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-from tests.benchmarks.resolution_set import extraction_rows, generate, generate_mentions, pairwise, summary
+from tests.support.resolution_set import extraction_rows, generate, generate_mentions, pairwise, summary
 from tests.conftest import REPO
 from tests.spark.test_resolve import fresh_context
 

@@ -46,8 +46,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import scale_server, synthetic_corpus
-from tests.benchmarks.scale_measure import ProcessSampler, StageLog, resolution_pairs
+from tests.support import scale_server
+from tests.support import synthetic_corpus
+from tests.support.scale_measure import ProcessSampler, StageLog, resolution_pairs
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -336,7 +337,7 @@ def write_results(entry: dict) -> dict:
             "driver_collected_mb is null where the product does not report bytes collected to the driver.",
             "ray_peak_mb sums RSS over every Ray process (raylet, GCS, workers): shared object-store pages "
             "count once per process that maps them, so it is an upper bound.",
-            "LLM and embeddings: tests/benchmarks/scale_server.py (scripted from the corpus truth), not a model.",
+            "LLM and embeddings: tests/support/scale_server.py (scripted from the corpus truth), not a model.",
             "local_context_* / entities / ann_recall_at_10: from test_service_scale.py on the largest finished "
             "index (see local_context).",
         ],

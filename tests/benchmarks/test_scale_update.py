@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.benchmarks import scale_server, synthetic_corpus as sc
-from tests.benchmarks.scale_measure import ProcessSampler, StageLog
+from tests.support import scale_server
+from tests.support import synthetic_corpus as sc
+from tests.support.scale_measure import ProcessSampler, StageLog
 from tests.benchmarks.test_scale import ALL_STAGES, RESULTS, ROOT, SEED, config_for, start_spark
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]

@@ -1,6 +1,6 @@
 """The query service under load: `corpusgraph serve` in its own process, load from another.
 
-The index is the unit tests' Saltreach world (tests/unit/query_fixtures.py) with its vectors
+The index is the unit tests' Saltreach world (tests/support/query_fixtures.py) with its vectors
 re-embedded by the real MiniLM embedder, so the service's own embedder can search them. The
 model is fixed_latency_answer_server.py (every call LATENCY_S, schema-valid answers), so the
 figures measure the service (HTTP, validation, routing, context building, the LLM client) and
@@ -26,15 +26,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.benchmarks.child_server import ChildServer
+from tests.support.child_server import ChildServer
 
 pytestmark = [pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 REPO = HERE.parent.parent
 RESULTS = HERE / "results" / "service_load.json"
-ANSWER_SERVER = HERE / "fixed_latency_answer_server.py"
-LOAD_TOOL = HERE / "load_tool.py"
+ANSWER_SERVER = SUPPORT / "fixed_latency_answer_server.py"
+LOAD_TOOL = SUPPORT / "load_tool.py"
 
 LATENCY_S = 0.2
 CONCURRENCY = 16
@@ -66,7 +67,7 @@ def build_index(root: Path) -> tuple[str, str]:
     """The Saltreach world, its vectors made by MiniLM (what the service embeds questions with)."""
     from corpusgraph.llm.minilm import MiniLMEmbedder
     from corpusgraph.storage.vectors import write_index
-    from tests.unit import query_fixtures as fx
+    from tests.support import query_fixtures as fx
 
     wh, index_dir = fx.build_tiny_index(root)
     embedder = MiniLMEmbedder()

@@ -49,8 +49,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.benchmarks import scale_server
-from tests.benchmarks.child_server import ChildServer
+from tests.support import scale_server
+from tests.support.child_server import ChildServer
 from tests.benchmarks.test_scale import ROOT, embedding_overrides
 from tests.benchmarks.test_service_load import API_KEY, ONE_THREAD, free_port, start_service, stop_service, wait_ready
 from tests.conftest import REPO
@@ -58,9 +58,10 @@ from tests.conftest import REPO
 pytestmark = [pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 RESULTS_DIR = HERE / "results"
-ANSWER_SERVER = HERE / "fixed_latency_answer_server.py"
-LOAD_TOOL = HERE / "load_tool.py"
+ANSWER_SERVER = SUPPORT / "fixed_latency_answer_server.py"
+LOAD_TOOL = SUPPORT / "load_tool.py"
 ENV = "CORPUSGRAPH_BENCH_SERVICE_"
 RUN = os.environ.get(ENV + "RUN") or f"run-{os.environ.get(ENV + 'DOCS', '100000')}"
 DOCS = int(RUN.split("-")[1])  # run-<documents>[-w<entities>][-exact]

@@ -23,7 +23,7 @@ from corpusgraph.config import load_config
 from corpusgraph.runner.pipeline import run_index
 from corpusgraph.runner.pipeline import run_update
 from corpusgraph.runner.run import RunContext
-from tests.benchmarks import scripted_server
+from tests.support import scripted_server
 from tests.conftest import REPO, SHARED_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.spark, pytest.mark.ray]
@@ -99,7 +99,7 @@ def test_adding_one_percent_costs_at_most_three_percent(spark, tmp_path, scripte
         "full_rebuild_tokens": full_tokens,
         "target_add_fraction": 0.03,
         "corpus": f"musique100, {N_DOCS} paragraphs (one text unit each), then +1 and -1",
-        "model": "tests/benchmarks/scripted_server.py (deterministic, answers derived from the text)",
+        "model": "tests/support/scripted_server.py (deterministic, answers derived from the text)",
         "full_rebuild_calls": sum(r.usage.calls for r in full.results.values() if r.usage),
         "detail": detail,
         "machine": f"{platform.platform()}; {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}",

@@ -2,7 +2,7 @@
 
 On localhost, as separate processes: an S3-compatible server (moto's server mode), a standalone
 Spark master and worker, a Ray head (no CPUs) and two Ray worker nodes, and the scripted scale
-server (tests/benchmarks/scale_server.py) as the model, answering from the synthetic corpus's
+server (tests/support/scale_server.py) as the model, answering from the synthetic corpus's
 ground truth and logging every chat answer it sends. There is no shared folder: the corpus, the
 warehouse, the FAISS files and the run folder (hand-off files, durable LLM progress) live only on
 the S3 server, and each node (the driver and each Ray worker node) keeps its response cache in a
@@ -42,7 +42,8 @@ import psutil
 import pytest
 import yaml
 
-from tests.benchmarks import scale_server, synthetic_corpus
+from tests.support import scale_server
+from tests.support import synthetic_corpus
 from tests.conftest import REPO
 from tests.distributed.cluster import Daemons, RayLocalCluster, SparkStandalone, localhost_cluster_env, spark_home
 from tests.distributed.objectstore import MotoServer
@@ -185,7 +186,7 @@ def test_index_on_object_storage_survives_a_killed_ray_worker_node(tmp_path):
     env = localhost_cluster_env()
     report: dict = {"documents": N_DOCS, "nodes": {"spark_workers": 1, "ray_workers": 2},
                     "storage": "s3a (localhost)", "killed": "ray worker node during extract",
-                    "model": f"tests/benchmarks/scale_server.py, {CHAT_LATENCY_S} s per chat answer, 64 slots",
+                    "model": f"tests/support/scale_server.py, {CHAT_LATENCY_S} s per chat answer, 64 slots",
                     "llm": {"actors": ACTORS, "concurrency_per_actor": CONCURRENCY, "batch_rows": BATCH}}
     # A small latency per answer, so that requests are on the wire when the node dies.
     with MotoServer(logs) as s3, scale_server.running(

@@ -2,7 +2,7 @@
 live only on an S3 server, and `corpusgraph tables` reads that warehouse given only the config.
 
 An S3-compatible server (moto's server mode, tests/distributed/objectstore.py) runs on localhost.
-The query tests' small world (tests/unit/query_fixtures.py: nine documents, their units, entities,
+The query tests' small world (tests/support/query_fixtures.py: nine documents, their units, entities,
 relationships, communities and reports, written by delta-rs) is built in a local folder, its Delta
 tables are copied to s3://corpusgraph/run-q/warehouse, and the local folder is deleted. Each kind's
 vectors go where Spark would put them, Parquet files of (id, vector) under an s3a:// hand-off
@@ -12,7 +12,7 @@ reads them from there and uploads <kind>.faiss and <kind>.meta.json to an s3a://
 The service is `create_app(config)` with its default engine factory (open_query_engine): the
 config names the store only through storage.s3 (no AWS_* variables are set), chat goes to the
 fixed-answer test server (it cites [U1]), and questions are embedded by the test embeddings
-server (tests/unit/embed_server.py), whose vectors built the index. A question that is a unit's
+server (tests/support/embed_server.py), whose vectors built the index. A question that is a unit's
 own text finds that unit first, so the answer's first citation is that unit. The last test runs
 the embed step's Ray task itself (a local Ray), unpinned since nothing it reads or writes is local.
 Grouped with the object-store Spark test; no Spark session is started here.
@@ -34,11 +34,11 @@ import yaml
 from corpusgraph.storage.ann import IndexParams
 from corpusgraph.storage.locations import arrow_filesystem, join, open_delta
 from corpusgraph.tables import table_path
-from tests.benchmarks.child_server import ChildServer
+from tests.support.child_server import ChildServer
 from tests.conftest import REPO
 from tests.distributed.objectstore import MotoServer
-from tests.unit.embed_server import EmbedServer, vector_for
-from tests.unit.query_fixtures import build_tiny_index
+from tests.support.embed_server import EmbedServer, vector_for
+from tests.support.query_fixtures import build_tiny_index
 from tests.unit.test_serving import wait_ready
 
 pytestmark = pytest.mark.spark
@@ -103,7 +103,7 @@ def world(tmp_path, monkeypatch):
     for name in [n for n in os.environ if n.startswith("AWS_")]:  # the config alone says where the store is
         monkeypatch.delenv(name)
     with MotoServer(tmp_path) as s3, EmbedServer(dim=DIM, model=EMBED_MODEL) as embed, \
-            ChildServer(REPO / "tests" / "benchmarks" / "fixed_latency_answer_server.py", "--slots", "4",
+            ChildServer(REPO / "tests" / "support" / "fixed_latency_answer_server.py", "--slots", "4",
                         "--latency-s", "0.01") as chat:
         texts = _publish(tmp_path, s3)
         yield _config_file(tmp_path, s3, chat.base_url, embed.base_url), s3, texts

@@ -6,7 +6,7 @@ of three short sample documents with ray.address 'spark': corpusgraph starts Ray
 application with ray.util.spark.setup_ray_cluster (the head on the driver with no CPU, one Ray
 worker node of 1 CPU as a Spark task, the other core left for Spark's own stages), runs the LLM
 and embedding passes on it, and shuts it down when the run ends. The model is the scripted
-OpenAI-compatible server of the fault tests (tests/benchmarks/fault_server.py), so no real model
+OpenAI-compatible server of the fault tests (tests/support/fault_server.py), so no real model
 runs and every answer it delivered is logged.
 
 What it proves, from outside the job: the run finishes with a full index; while it ran, every LLM
@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.ray]
 
 DOCS = REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs"
 INPUTS = ["tallis-complaint-2026-05.md", "duisburg-weekly-2026-w20.txt", "rotterdam-weekly-2026-w30.txt"]
-SERVER = REPO / "tests" / "benchmarks" / "fault_server.py"
+SERVER = REPO / "tests" / "support" / "fault_server.py"
 ACTOR_MARKS = ("_LLMWorker",)  # an LLM actor's process title names its class
 
 

@@ -5,7 +5,7 @@ report; the progress index prints, and Ray's and Spark's own progress output onl
 
 One index per session, built by `corpusgraph index` from sample documents (freight) with the
 fast extraction path (spaCy, no LLM) and the deterministic scripted server
-(tests/benchmarks/scripted_server.py, a test harness) for reports and queries; every other
+(tests/support/scripted_server.py, a test harness) for reports and queries; every other
 command reads or extends that warehouse, and the dry run runs beside the build. The update test
 runs last: it adds a held-back sample document to the same warehouse. Each command's stdout and
 stderr are kept under the session's tmp folder (logs/); `-s` prints each command's seconds.
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from corpusgraph.tables import table_path
-from tests.benchmarks import scripted_server
+from tests.support import scripted_server
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.ray]

@@ -5,7 +5,7 @@ explore.ipynb reads that index (top entities, a community and its report, a path
 estimate.ipynb makes a dry run of the same documents and draws its chart. The index is built
 once per session, by the quickstart notebook itself, cheaply: eight documents of
 lib/corpusgraph/samples/freight (two of its multi-hop chains), fast extraction (spaCy, no LLM)
-and the deterministic scripted server (tests/benchmarks/scripted_server.py) for the resolve,
+and the deterministic scripted server (tests/support/scripted_server.py) for the resolve,
 reports and query calls. Every setting reaches the notebooks through their parameters cell, as
 CORPUSGRAPH_* environment variables, the way a Jupyter user or a runner sets them.
 
@@ -92,7 +92,7 @@ def _table(env: dict, name: str) -> list[dict]:
 
 @pytest.fixture(scope="session")
 def notebook_env(tmp_path_factory):
-    from tests.benchmarks import scripted_server
+    from tests.support import scripted_server
 
     root = tmp_path_factory.mktemp("notebooks")
     inputs = root / "docs"

@@ -2,7 +2,7 @@
 
 The index: the freight sample plus three inputs that ingest refuses (empty, binary, unsupported),
 built by the real stages (Spark + Delta, Ray, the HTTP client) against the deterministic scripted
-server (tests/benchmarks/scripted_server.py), ingest to reports, then a dry run
+server (tests/support/scripted_server.py), ingest to reports, then a dry run
 (`run_estimate`) so the warehouse holds an estimate to compare. The page is written by the real
 command line and loaded from file:// over the DevTools protocol (tests/e2e/browser.py): no
 console error or failed load, every chart's Plotly.newPlot resolved, each chart's SVG holds
@@ -80,7 +80,7 @@ def freight_index(spark, tmp_path_factory):
     from corpusgraph.runner.dry_run import run_estimate
     from corpusgraph.runner.pipeline import run_index
     from corpusgraph.runner.run import RunContext
-    from tests.benchmarks import scripted_server
+    from tests.support import scripted_server
 
     root = tmp_path_factory.mktemp("report")
     inputs = root / "in"
@@ -151,7 +151,7 @@ def test_report_of_the_freight_index_draws_every_chart(freight_index, browser, t
 
 
 def test_report_of_a_warehouse_without_estimate_or_quarantine_says_none(browser, tmp_path):
-    from tests.unit.report_fixtures import ODD_TITLE, small_warehouse
+    from tests.support.report_fixtures import ODD_TITLE, small_warehouse
 
     page, rendered = _open(browser, _report(small_warehouse(tmp_path), tmp_path / "report", command_line=False))
     assert page.errors == []
@@ -167,7 +167,7 @@ def test_report_of_a_warehouse_without_estimate_or_quarantine_says_none(browser,
 
 
 def test_report_of_empty_tables_is_all_none_panels(browser, tmp_path):
-    from tests.unit.report_fixtures import write
+    from tests.support.report_fixtures import write
 
     wh = tmp_path / "wh"
     for name in ("runs", "llm_calls", "entities", "communities", "community_reports", "quarantine"):

@@ -21,7 +21,7 @@ from corpusgraph.config import load_config
 from corpusgraph.runner.pipeline import run_index
 from corpusgraph.runner.pipeline import run_update
 from corpusgraph.runner.run import RunContext
-from tests.benchmarks import scripted_server
+from tests.support import scripted_server
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.ray]

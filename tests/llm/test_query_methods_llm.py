@@ -11,7 +11,7 @@ import pytest
 
 from corpusgraph.config import LLMSection, QuerySection
 from corpusgraph.llm import EmbeddedServer, open_chat_model
-from tests.unit.query_fixtures import REPO, FakeEmbedder, build_tiny_index
+from tests.support.query_fixtures import REPO, FakeEmbedder, build_tiny_index
 
 pytestmark = [pytest.mark.llm, pytest.mark.slow]  # a dozen calls to the CPU model: minutes on 2 busy cores
 

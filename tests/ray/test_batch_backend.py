@@ -1,4 +1,4 @@
-"""llm.backend openai_batch against a local Batch API emulator (tests/benchmarks/batch_emulator.py).
+"""llm.backend openai_batch against a local Batch API emulator (tests/support/batch_emulator.py).
 
 The emulator answers every line as the scripted server answers the same body synchronously, and
 serves that synchronous endpoint too, so a synchronous index and a batched one see the same
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.benchmarks.batch_emulator import BatchEmulator
+from tests.support.batch_emulator import BatchEmulator
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]

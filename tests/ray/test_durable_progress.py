@@ -2,7 +2,7 @@
 middle of extraction, with the response cache turned off, loses at most about one batch of
 answers per actor, and the rerun pays only for the rest.
 
-The model is the scripted server of the fault tests (tests/benchmarks/fault_server.py), whose
+The model is the scripted server of the fault tests (tests/support/fault_server.py), whose
 log of delivered answers is what was paid for. `llm.cache: false` leaves the shards under
 `storage.run_dir` as the only record of finished answers, which is the situation of a cluster
 node that dies with its local cache.

@@ -1,5 +1,5 @@
 """The embed stage through the openai backend: real Spark and Delta, real Ray actors, and an
-OpenAI-compatible /v1/embeddings server on 127.0.0.1 (tests/unit/embed_server.py)."""
+OpenAI-compatible /v1/embeddings server on 127.0.0.1 (tests/support/embed_server.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from corpusgraph.config import load_config
 from corpusgraph.runner.run import RunContext
 from corpusgraph.tables import spark_schema
 from tests.conftest import REPO
-from tests.unit.embed_server import EmbedServer, vector_for
+from tests.support.embed_server import EmbedServer, vector_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray]
 

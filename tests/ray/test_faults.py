@@ -3,7 +3,7 @@ worker node mid-stage.
 
 Each time the rerun must finish, pay for no call that had already been answered, and produce
 the same tables as a clean run. The LLM is a scripted OpenAI-compatible server in a child
-process (tests/benchmarks/fault_server.py) whose answers are derived from the unit text, so two
+process (tests/support/fault_server.py) whose answers are derived from the unit text, so two
 runs over the same inputs produce the same tables, and whose log of *delivered* answers (written
 to a still-open connection) is the ground truth of what was paid for. The model-server fault
 kills that process mid-stage and starts a new one on the same port.
@@ -57,11 +57,11 @@ def _docs() -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------- the scripted server
-SERVER = REPO / "tests" / "benchmarks" / "fault_server.py"
+SERVER = REPO / "tests" / "support" / "fault_server.py"
 
 
 class ScriptedServer:
-    """tests/benchmarks/fault_server.py in a child process: scripted answers after LATENCY_S, and
+    """tests/support/fault_server.py in a child process: scripted answers after LATENCY_S, and
     a log of every answer delivered to a connection still open (what was paid for).
 
     kill() cuts every in-flight request and ends the process at once; a new ScriptedServer on
@@ -227,7 +227,7 @@ def report():
         return
     out.update({
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "server": f"tests/benchmarks/fault_server.py (scripted answers after {LATENCY_S} s, log of delivered answers)",
+        "server": f"tests/support/fault_server.py (scripted answers after {LATENCY_S} s, log of delivered answers)",
         "requests_in_flight_max": IN_FLIGHT,
         "seconds": round(time.monotonic() - t0, 1),
         "load_average_start": [round(x, 2) for x in load0],

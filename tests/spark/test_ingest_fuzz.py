@@ -1,4 +1,4 @@
-"""The real ingest stage over one folder of a few hundred generated files (tests/unit/fuzz_files.py)
+"""The real ingest stage over one folder of a few hundred generated files (tests/support/fuzz_files.py)
 plus links and folders where files were expected: the run does not fail, and documents,
 collapsed duplicates and quarantine rows add up to what the pure parser makes of each input."""
 
@@ -12,7 +12,7 @@ import pytest
 from corpusgraph.config import load_config
 from corpusgraph.runner.run import RunContext
 from tests.conftest import REPO
-from tests.unit.fuzz_files import make_file
+from tests.support.fuzz_files import make_file
 from tests.unit.test_fuzz_ingest import check_file
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ import pytest
 
 from corpusgraph.config import ReportsSection
 from corpusgraph.tables import table_path
-from tests.unit.query_fixtures import VAULT_SECRETS, build_two_domain_index
+from tests.support.query_fixtures import VAULT_SECRETS, build_two_domain_index
 
 pytestmark = pytest.mark.spark
 

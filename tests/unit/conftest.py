@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.unit.query_fixtures import build_tiny_index
+from tests.support.query_fixtures import build_tiny_index
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):

@@ -22,14 +22,8 @@ from fastapi.testclient import TestClient
 from corpusgraph.config import Config, ServeSection
 from corpusgraph.query.engine import METHODS
 from corpusgraph.query.access import domain_view_id
-from tests.unit.query_fixtures import (
-    DOMAIN_REPORTS,
-    VAULT_SECRETS,
-    EchoChat,
-    build_two_domain_index,
-    fake_embed,
-    make_engine,
-)
+from tests.support.query_fixtures import (DOMAIN_REPORTS, VAULT_SECRETS, EchoChat, build_two_domain_index, fake_embed,
+    make_engine)
 
 pytestmark = pytest.mark.unit
 

@@ -17,8 +17,8 @@ import pytest
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.query.answer import format_answer
 from corpusgraph.query.engine import METHODS
-from tests.unit.query_fixtures import ENTITIES, ScriptedChat, build_two_domain_index, fake_embed
-from tests.unit.query_fixtures import make_engine as engine
+from tests.support.query_fixtures import ENTITIES, ScriptedChat, build_two_domain_index, fake_embed
+from tests.support.query_fixtures import make_engine as engine
 from tests.unit.test_global import RatingChat
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from corpusgraph.llm.base import ChatResult
-from tests.unit.query_fixtures import FakeEmbedder, make_engine as engine
+from tests.support.query_fixtures import FakeEmbedder, make_engine as engine
 
 pytestmark = pytest.mark.unit
 
@@ -94,7 +94,7 @@ def test_auto_routes_how_questions_about_entities_to_drift(store):
 def test_primer_falls_back_to_entity_communities_without_report_vectors(store):
     from corpusgraph.query.drift import primer_reports
     from corpusgraph.query.question import parse_question
-    from tests.unit.query_fixtures import fake_embed
+    from tests.support.query_fixtures import fake_embed
 
     ids, source = primer_reports(store, parse_question(store, QUESTION, fake_embed([QUESTION])[0]), 2)
     assert source == "report_vectors" and len(ids) == 2

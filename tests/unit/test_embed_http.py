@@ -1,4 +1,4 @@
-"""OpenAIEmbedder against a real HTTP server on 127.0.0.1 (tests/unit/embed_server.py)."""
+"""OpenAIEmbedder against a real HTTP server on 127.0.0.1 (tests/support/embed_server.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from corpusgraph.config import ConfigError, EmbeddingSection, load_config
 from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.embedders import check_index_model, open_embedder
 from corpusgraph.llm.openai_embed import EmbeddingError, OpenAIEmbedder
-from tests.unit.embed_server import EmbedServer, vector_for
+from tests.support.embed_server import EmbedServer, vector_for
 
 pytestmark = pytest.mark.unit
 

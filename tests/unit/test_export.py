@@ -18,7 +18,7 @@ import pytest
 from corpusgraph.export import run_export
 from corpusgraph.export.neo4j import ARRAY_DELIMITER, EDGE_FILES, NODE_FILES
 from tests.conftest import REPO
-from tests.unit.query_fixtures import VAULT_SECRETS, build_two_domain_index
+from tests.support.query_fixtures import VAULT_SECRETS, build_two_domain_index
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from corpusgraph.config import IngestSection
 from corpusgraph.stages.ingest.files import JSONL_SUFFIXES, PARSED_SCHEMA, is_container, iter_file, suffix_of
-from tests.unit.fuzz_files import make_file
+from tests.support.fuzz_files import make_file
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, note, settings
 
 from corpusgraph.config import ExtractSection, ReportsSection, ResolveSection
 from corpusgraph.llm.base import ChatResult
-from tests.unit.fuzz_strategies import answer_batches
+from tests.support.fuzz_strategies import answer_batches
 
 pytestmark = pytest.mark.unit
 

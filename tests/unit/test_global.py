@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from corpusgraph.llm.base import ChatResult
-from tests.unit.query_fixtures import make_engine as engine
+from tests.support.query_fixtures import make_engine as engine
 
 pytestmark = pytest.mark.unit
 
@@ -224,7 +224,7 @@ def test_within_the_budget_nothing_is_embedded_or_left_unrated(store):
 
 def test_rating_order_without_vectors_is_by_importance(store):
     from corpusgraph.query.global_select import _allowance, nearest_first
-    from tests.unit.query_fixtures import fake_embed
+    from tests.support.query_fixtures import fake_embed
 
     ids = ["c1c", "c0b", "c1a", "c0a", "c1b"]
     assert nearest_first(store, ids, None) == (["c1a", "c0a", "c0b", "c1b", "c1c"], "report_rating")

@@ -17,8 +17,8 @@ import pytest
 from corpusgraph.config import QuerySection
 from corpusgraph.query.question import parse_question
 from corpusgraph.tokens import count_tokens
-from tests.unit.query_fixtures import REPO, ScriptedChat, fake_embed
-from tests.unit.query_fixtures import make_engine as engine
+from tests.support.query_fixtures import REPO, ScriptedChat, fake_embed
+from tests.support.query_fixtures import make_engine as engine
 
 pytestmark = pytest.mark.unit
 

@@ -39,16 +39,15 @@ def test_ray_workers_stands_for_ray_address_spark_and_its_size(job):
 
 
 def test_job_option_sets_come_last_so_they_win(job, monkeypatch):
-    import corpusgraph.cli.main
+    import corpusgraph
 
     seen = []
-    monkeypatch.setattr(corpusgraph.cli.main, "main", lambda argv: seen.append(list(argv)) or 0)
+    # the job calls the command line through the public face
+    monkeypatch.setattr(corpusgraph, "main", lambda argv: seen.append(list(argv)) or 0)
     assert job.run("index", ["--ray-workers", "3", "--conf", "c.yaml", "--set", "ray.address=auto"]) == 0
     (argv,) = seen
     assert argv[:2] == ["index", "--submitted"]
-    from corpusgraph.cli.main import build_parser
-
-    args = build_parser().parse_args(argv)
+    args = corpusgraph.build_parser().parse_args(argv)
     overrides = dict(s.split("=", 1) for s in args.set)  # as config_from_args reads them: the last wins
     assert overrides["ray.address"] == "spark" and overrides["ray.spark_workers"] == "3"
 

@@ -11,7 +11,7 @@ import pytest
 
 from corpusgraph.report.data import estimate_vs_actual, hierarchy, load_report_data, stage_rows
 from corpusgraph.report.html import build_page, figures, write_report
-from tests.unit.report_fixtures import ODD_TITLE, small_warehouse
+from tests.support.report_fixtures import ODD_TITLE, small_warehouse
 
 
 def test_data_read_from_the_warehouse(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from corpusgraph.config import ReportsSection
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.prompts import load_prompt
-from tests.unit.query_fixtures import REPO
+from tests.support.query_fixtures import REPO
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ from corpusgraph.graph.walk import personalized_pagerank
 from corpusgraph.query.lexical import Bm25, tokenize
 from corpusgraph.query.question import parse_question
 from corpusgraph.query.retrieval import rank_units
-from tests.unit.query_fixtures import fake_embed, rows_store
+from tests.support.query_fixtures import fake_embed, rows_store
 
 
 def _unchecked(**weights) -> RetrievalSection:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.benchmarks import synthetic_corpus
+from tests.support import synthetic_corpus
 from tests.benchmarks import test_scale as T
 from tests.benchmarks import test_service_scale as S
 

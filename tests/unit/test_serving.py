@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from corpusgraph.config import Config
 from corpusgraph.query.engine import METHODS
-from tests.unit.query_fixtures import DOCS, REPO, ScriptedChat, make_engine
+from tests.support.query_fixtures import DOCS, REPO, ScriptedChat, make_engine
 
 pytestmark = pytest.mark.unit
 
@@ -158,8 +158,8 @@ def test_default_factory_opens_the_configured_index(built, tmp_path):
     server: the chat backend is pointed at a port nothing listens on and is never called."""
     from corpusgraph.config import load_config
     from serving import create_app
-    from tests.unit.embed_server import EmbedServer
-    from tests.unit.query_fixtures import DIM
+    from tests.support.embed_server import EmbedServer
+    from tests.support.query_fixtures import DIM
 
     wh, index_dir = built
     overrides = {"storage.warehouse": wh, "storage.index_dir": index_dir, "storage.cache_dir": str(tmp_path),

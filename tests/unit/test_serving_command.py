@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from corpusgraph.config import Config
-from tests.unit.query_fixtures import REPO, make_engine
+from tests.support.query_fixtures import REPO, make_engine
 from tests.unit.test_serving import (LIVE_DOCS, QUESTION, SlowChat, _fake_embedding_endpoint, serve_in_thread, settings,
                                      wait_ready)
 
@@ -87,10 +87,10 @@ def test_corpusgraph_serve_in_a_subprocess_over_http_without_a_jvm(tmp_path):
 
     import psutil
 
-    from tests.unit.query_fixtures import build_two_domain_index
+    from tests.support.query_fixtures import build_two_domain_index
 
-    from tests.unit.embed_server import EmbedServer
-    from tests.unit.query_fixtures import DIM
+    from tests.support.embed_server import EmbedServer
+    from tests.support.query_fixtures import DIM
 
     wh, index_dir = build_two_domain_index(tmp_path)
     keys = '[{name: public-app, key: "${CG_TEST_PUBLIC_KEY}", domains: [public]}]'

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.query_fixtures import DOCS, ENTITIES
+from tests.support.query_fixtures import DOCS, ENTITIES
 from tests.unit.test_serving import running
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.unit.query_fixtures import ScriptedChat, make_engine
+from tests.support.query_fixtures import ScriptedChat, make_engine
 from tests.unit.test_serving import QUESTION, running, serve_in_thread, settings, wait_ready
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from corpusgraph.tables import TABLES, table_path
-from tests.unit.query_fixtures import ScriptedChat, build_tiny_index, make_engine
+from tests.support.query_fixtures import ScriptedChat, build_tiny_index, make_engine
 from tests.unit.test_serving import QUESTION, serve_in_thread, settings, wait_ready
 
 pytestmark = pytest.mark.unit

@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.benchmarks import scale_server, synthetic_corpus
+from tests.support import scale_server
+from tests.support import synthetic_corpus
 from tests.conftest import REPO
 
 N_DOCS = 300
@@ -112,7 +113,7 @@ def test_variants_facts_joining_across_documents_and_zipf(corpus):
 
 
 def test_world_keeps_hard_negatives_apart():
-    from tests.benchmarks.resolution_set import normalised
+    from tests.support.resolution_set import normalised
 
     w = synthetic_corpus.build_world(3000, seed=1)
     owner = {}
@@ -136,7 +137,7 @@ def test_lexicon_finds_what_the_truth_says(corpus, lex):
 
 
 def test_edges_among_are_the_world_edges_between_the_named_in_table_order(corpus, lex):
-    from tests.benchmarks.synthetic_corpus import RELATIONS
+    from tests.support.synthetic_corpus import RELATIONS
 
     kinds = {r[0]: i for i, r in enumerate(RELATIONS)}
     rels = corpus["rels"]

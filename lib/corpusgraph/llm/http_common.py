@@ -5,7 +5,7 @@ batch's event loop from blocking code.
 
 Chat and embedding requests go through aiohttp: per request it costs about a seventh of the CPU
 of httpx's AsyncClient (0.33-0.36 ms against 2.2-2.6 ms per POST, 8 in flight, against
-tests/benchmarks/fixed_latency_server.py on a 2-core machine), and at millions of calls the
+tests/support/fixed_latency_server.py on a 2-core machine), and at millions of calls the
 client's CPU is what an LLM actor spends. The Batch API's few requests stay on httpx's
 synchronous client."""
 

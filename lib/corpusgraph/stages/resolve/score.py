@@ -28,7 +28,7 @@ Features of a pair (a, b) of nodes, each in [0, 1]:
 
 score = sigmoid(bias + sum(weight_f * f)) with missing features as 0, and 0 when both types are
 known and differ. The weights (ResolveSection.weights) were fit by logistic regression on the
-labelled set of tests/benchmarks/resolution_set.py (seed 1) and are evaluated on another seed.
+labelled set of tests/support/resolution_set.py (seed 1) and are evaluated on another seed.
 Decisions: score >= auto_threshold merges ("similarity"); [band_low, auto_threshold) goes to the
 LLM when adjudication is on ("llm" when it says yes); below the band nothing merges.
 

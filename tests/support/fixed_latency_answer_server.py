@@ -16,7 +16,7 @@ and the service can be timed against it:
   every report (what a rating of 5 everywhere makes it do: every report of a 9,620-community
   index rated and mapped for one question).
 
-    python tests/benchmarks/fixed_latency_answer_server.py --slots 64 --latency-s 0.5 [--port 0]
+    python tests/support/fixed_latency_answer_server.py --slots 64 --latency-s 0.5 [--port 0]
 
 The first stdout line is the base URL (".../v1"); GET /stats returns served and
 max_concurrent.
@@ -32,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 try:
-    from tests.benchmarks.child_server import run_server, serve_forever, slots_latency_args
+    from tests.support.child_server import run_server, serve_forever, slots_latency_args
 except ImportError:  # run as a script: its own folder is on sys.path
     from child_server import run_server, serve_forever, slots_latency_args
 

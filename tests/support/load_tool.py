@@ -9,7 +9,7 @@ duration_s. With --events-out, every counted request is also written there as on
 (start and end in seconds from the end of the warm-up, method, status), so a caller can split the
 figures by method and by phase (before, during and after an outage it causes).
 
-    python tests/benchmarks/load_tool.py --url http://127.0.0.1:8080 --key KEY \
+    python tests/support/load_tool.py --url http://127.0.0.1:8080 --key KEY \
         --concurrency 32 --duration-s 30 --questions-file qs.json
 """
 

@@ -22,7 +22,7 @@ every prompt of the index pipeline from the texts in the request:
 Chat and embeddings each take a fixed latency in a fixed number of slots (the rest queue).
 Usage counts are cl100k tokens, so token accounting through `llm_calls` is real arithmetic.
 
-    python tests/benchmarks/scale_server.py --truth work/scale/corpus/truth [--port 0] [--dim 64]
+    python tests/support/scale_server.py --truth work/scale/corpus/truth [--port 0] [--dim 64]
 
 The first stdout line is the base URL (".../v1"). GET /stats returns what was served by kind.
 """
@@ -42,16 +42,16 @@ import numpy as np
 from aiohttp import web
 
 try:
-    from tests.benchmarks.child_server import ChildServer, run_server, serve_forever
-    from tests.benchmarks.resolution_set import normalised
-    from tests.benchmarks.synthetic_corpus import RELATIONS
+    from tests.support.child_server import ChildServer, run_server, serve_forever
+    from tests.support.resolution_set import normalised
+    from tests.support.synthetic_corpus import RELATIONS
 except ImportError:  # run as a script: put the repository root on sys.path
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.benchmarks.child_server import ChildServer, run_server, serve_forever
-    from tests.benchmarks.resolution_set import normalised
-    from tests.benchmarks.synthetic_corpus import RELATIONS
+    from tests.support.child_server import ChildServer, run_server, serve_forever
+    from tests.support.resolution_set import normalised
+    from tests.support.synthetic_corpus import RELATIONS
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _ABOUT = re.compile(r"About (?P<name>[^:\n]+): (?P<fact>[^\n]+?)\.(?= |\n|$)")

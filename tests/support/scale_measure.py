@@ -118,7 +118,7 @@ def resolution_pairs(spark, wh, truth_dir) -> dict:
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    from tests.benchmarks.resolution_set import normalised
+    from tests.support.resolution_set import normalised
 
     t0 = time.perf_counter()
     ents = pq.read_table(f"{truth_dir}/entities.parquet", columns=["entity", "forms"]).to_pylist()

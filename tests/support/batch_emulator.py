@@ -3,7 +3,7 @@
 A test harness, never a product default. Files are uploaded (multipart, purpose "batch") and
 read back (/v1/files/{id}/content); a batch validates its input file (JSON lines with a unique
 custom_id, method POST, the batch's endpoint as url, a body) and completes `--delay-s` seconds
-after it was created: each line is answered as tests/benchmarks/scripted_server.py answers the
+after it was created: each line is answered as tests/support/scripted_server.py answers the
 same body synchronously (same text, same cl100k usage), into an output file of
 {"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"} lines. It also
 serves POST /v1/chat/completions itself, so the synchronous path sees the very same answers.
@@ -21,7 +21,7 @@ for each line of a created batch, "answered <batch> <custom_id>" for each line g
 (what would be paid for), "failed ..." and "expired ..." for the others, "sync <n>" per
 synchronous answer.
 
-    python tests/benchmarks/batch_emulator.py [--port 0] [--delay-s 2] [--log PATH]
+    python tests/support/batch_emulator.py [--port 0] [--delay-s 2] [--log PATH]
 
 The first stdout line is the base URL (".../v1").
 """
@@ -37,8 +37,8 @@ import time
 from aiohttp import web
 
 try:
-    from tests.benchmarks.child_server import ChildServer, run_server, serve_forever
-    from tests.benchmarks.scripted_server import _tokens, answer_for
+    from tests.support.child_server import ChildServer, run_server, serve_forever
+    from tests.support.scripted_server import _tokens, answer_for
 except ImportError:  # run as a script: its own folder is on sys.path
     from child_server import ChildServer, run_server, serve_forever
     from scripted_server import _tokens, answer_for

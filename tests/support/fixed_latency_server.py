@@ -14,7 +14,7 @@ parses, with usage counts:
   in its config and its start-up check calls it once; extraction never does). These requests
   take no slot and are not counted in /stats.
 
-    python tests/benchmarks/fixed_latency_server.py --slots 64 --latency-s 1.0 [--port 0]
+    python tests/support/fixed_latency_server.py --slots 64 --latency-s 1.0 [--port 0]
 
 The first stdout line is the base URL (".../v1"). GET /stats returns what was served:
 served, max_concurrent (in service at once, never above slots), max_queued, busy_s (the time
@@ -35,7 +35,7 @@ import time
 from aiohttp import web
 
 try:
-    from tests.benchmarks.child_server import run_server, serve_forever, slots_latency_args
+    from tests.support.child_server import run_server, serve_forever, slots_latency_args
 except ImportError:  # run as a script: its own folder is on sys.path
     from child_server import run_server, serve_forever, slots_latency_args
 

@@ -4,7 +4,7 @@ A benchmark harness: two different clients (corpusgraph, Microsoft graphrag) are
 same model through it, and what each one paid is read from the same place, the server's own
 `usage` counts, rather than from each client's bookkeeping.
 
-    python tests/benchmarks/counting_proxy.py --upstream http://127.0.0.1:PORT/v1 [--port 0]
+    python tests/support/counting_proxy.py --upstream http://127.0.0.1:PORT/v1 [--port 0]
 
 The first stdout line is the proxy's base URL (".../v1"). Every request under /v1/ is forwarded
 unchanged; for each chat completion the proxy keeps prompt_tokens, completion_tokens,
@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 
 try:
-    from tests.benchmarks.child_server import run_server, serve_forever
+    from tests.support.child_server import run_server, serve_forever
 except ImportError:  # run as a script: its own folder is on sys.path
     from child_server import run_server, serve_forever
 

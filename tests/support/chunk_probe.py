@@ -5,8 +5,8 @@ throughout and Spark's per-stage task metrics (GC, spill, run/CPU time) read fro
 Used on the 1M scale run's documents table and a 10% sample of it, to find why chunk's seconds per
 document at 1M were 1.83x those at 100k (README, Scaling; scale.json, chunk_linearity_check):
 
-  python -m tests.benchmarks.chunk_probe sample SRC_DOCS DST_DOCS 10   # every 10th document (doc_id hash)
-  python -m tests.benchmarks.chunk_probe run DOCS OUT RESULT.json      # timed chunk, then a timed sync
+  python -m tests.support.chunk_probe sample SRC_DOCS DST_DOCS 10   # every 10th document (doc_id hash)
+  python -m tests.support.chunk_probe run DOCS OUT RESULT.json      # timed chunk, then a timed sync
 """
 import json
 import os

@@ -11,7 +11,7 @@ enum value), except that with `--lexical-query` relevance ratings and global map
 off the question's words (lexical_query.py). Usage counts are cl100k tokens of the messages and of the answer, so token
 accounting through `llm_calls` is real arithmetic on real text.
 
-    python tests/benchmarks/scripted_server.py [--port 0]
+    python tests/support/scripted_server.py [--port 0]
 
 The first stdout line is the base URL (".../v1"). GET /stats returns {"served": n}.
 """
@@ -28,8 +28,8 @@ import sys
 from aiohttp import web
 
 try:
-    from tests.benchmarks.child_server import ChildServer, run_server, serve_forever
-    from tests.benchmarks.lexical_query import answer as lexical_query_answer
+    from tests.support.child_server import ChildServer, run_server, serve_forever
+    from tests.support.lexical_query import answer as lexical_query_answer
 except ImportError:  # run as a script: its own folder is on sys.path
     from child_server import ChildServer, run_server, serve_forever
     from lexical_query import answer as lexical_query_answer
