@@ -74,11 +74,11 @@ def fresh_context(spark, tmp_path, **overrides):
 
 def context(spark, tmp_path, units=UNITS, **overrides):
     """The real step's context on a fresh warehouse holding `units` as extractions."""
-    from corpusgraph.runner.steps import index as steps
+    from corpusgraph.stages.extract.llm import extract_identity
     from corpusgraph.tables import spark_schema
 
     ctx = fresh_context(spark, tmp_path, **overrides)
-    _, phash, model = steps.extract_identity(ctx)
+    _, phash, model = extract_identity(ctx.cfg.extract, ctx.cfg.prompt_path, ctx.cfg.llm.model)
     rows = [extraction(u, e, r, phash, model) for u, e, r in units]
     ctx.wh.overwrite("extractions", spark.createDataFrame(rows, spark_schema("extractions")))
     tu = spark.createDataFrame([(u, "d", 0, "", 0, 0, 0) for u, _, _ in units],

@@ -7,8 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpusgraph.config import ConfigError, LLMSection, load_config
-from corpusgraph.estimate.model import CostSections, Rates, estimate_from_counts
+from corpusgraph.estimate.model import Rates, estimate_from_counts
 from corpusgraph.estimate.view import format_estimate
+from corpusgraph.runner.dry_run import cost_sections
 from corpusgraph.runner.passes.llm import output_usage
 from tests.conftest import REPO
 
@@ -52,12 +53,12 @@ def test_accounting_prices_batch_rows_at_the_factor(tmp_path):
 
 
 def test_estimate_prices_batched_stages_at_the_factor():
-    sync = estimate_from_counts(COUNTS, Rates(**RATES), CostSections.of(_cfg()), documents=40, overhead=150,
+    sync = estimate_from_counts(COUNTS, Rates(**RATES), cost_sections(_cfg()), documents=40, overhead=150,
                                 tokenizer="t")
     cfg = _cfg(**{"llm.backend": "openai_batch", "llm.api_base": "http://h/v1", "llm.usd_per_1k_in": "0.001",
                   "llm.usd_per_1k_out": "0.002", "llm.batch.stages": "[extract, reports]",
                   "estimate.prices.gpt-4o.batch_factor": "0.25"})
-    est = estimate_from_counts(COUNTS, Rates(**RATES), CostSections.of(cfg), documents=40, overhead=150,
+    est = estimate_from_counts(COUNTS, Rates(**RATES), cost_sections(cfg), documents=40, overhead=150,
                                tokenizer="t")
     assert est.llm_tokens == sync.llm_tokens  # the same calls; only the price differs
     batched = [s for s in est.stages if s.stage in ("extract", "reports")]

@@ -14,6 +14,7 @@ from corpusgraph.estimate.view import svg_chart
 from corpusgraph.graph.extend import OldPartition, extend_partition, modularity
 from corpusgraph.llm.base import ChatRequest
 from corpusgraph.prompts import Prompt, load_prompt
+from corpusgraph.runner.dry_run import cost_sections
 from tests.conftest import REPO
 
 UNITS = [
@@ -53,14 +54,14 @@ def _sections(glean_rounds: int = 0, method: str = "llm") -> CostSections:
 def test_counts_follow_the_extract_prompt(cfg, tmp_path):
     cfg = cfg.model_copy(deep=True)
     cfg.extract.units_per_call = 6  # base.yaml's packing (local.yaml sends one unit per call)
-    counting = ExtractCounting.of(cfg)
+    counting = ExtractCounting.of(cost_sections(cfg), cfg.prompt_path)
     counter = counting.counter()
     base = extract_counts(UNITS, counting.requests, counter)
     # Short units are packed into one call, as the extract stage packs them: 14 + 12 = 26 tokens.
     assert base["requests"] == 1 and base["units"] == 2 and base["n_tokens"] == 26
     single = cfg.model_copy(deep=True)
     single.extract.units_per_call = 1
-    assert extract_counts(UNITS, ExtractCounting.of(single).requests, counter)["requests"] == 2
+    assert extract_counts(UNITS, ExtractCounting.of(cost_sections(single), single.prompt_path).requests, counter)["requests"] == 2
     # The bundled model's tokenizer counts the system prompt, the text and its chat template.
     assert base["tokens_in"] > 2 * counter.text(open(cfg.prompt_path(cfg.extract.prompt)).read()[:200])
     # A longer prompt file is counted as such: the estimate follows prompt edits.
@@ -68,7 +69,7 @@ def test_counts_follow_the_extract_prompt(cfg, tmp_path):
     longer.write_text(open(cfg.prompt_path(cfg.extract.prompt)).read() + "\nBe thorough. " * 50)
     edited = cfg.model_copy(deep=True)
     edited.extract.prompt = str(longer)
-    grown = extract_counts(UNITS, ExtractCounting.of(edited).requests, counter)
+    grown = extract_counts(UNITS, ExtractCounting.of(cost_sections(edited), edited.prompt_path).requests, counter)
     assert grown["tokens_in"] > base["tokens_in"] + 2 * 50
 
 

@@ -34,7 +34,7 @@ def test_schemas_bound_every_array_and_close_the_type_list():
 
 def test_request_carries_prompt_text_and_schema():
     prompt = load_prompt(REPO / "conf" / "prompts" / "extract.txt")
-    req = build_request("u1", "Ana Reis works for Contoso {not a placeholder}.", prompt, SEC)
+    req = build_request("u1", "Ana Reis works for Contoso {not a placeholder}.", ExtractPrompts(prompt), SEC)
     assert req.id == "u1" and req.json_schema == extraction_schema(SEC)
     assert "ORGANIZATION, PERSON" in req.messages[0]["content"] and "{not a placeholder}" in req.messages[1]["content"]
     assert req.max_tokens == SEC.max_tokens

@@ -44,7 +44,8 @@ def test_the_domain_task_keys_requests_and_rows_by_community_and_domain():
 
 def test_the_estimate_counts_per_domain_reports_like_community_reports():
     from corpusgraph.config import load_config
-    from corpusgraph.estimate.model import CostSections, Rates, estimate_from_counts
+    from corpusgraph.estimate.model import Rates, estimate_from_counts
+    from corpusgraph.runner.dry_run import cost_sections
 
     cfg = load_config(REPO / "conf" / "local.yaml", {})
     cfg.extract.glean_rounds = 0
@@ -54,7 +55,7 @@ def test_the_estimate_counts_per_domain_reports_like_community_reports():
         cfg.reports.per_domain = per_domain
         rates = Rates(extract_out_per_call=200, report_out_per_call=300, entities_per_unit=2.0, reports_per_entity=0.25,
                       report_context_tokens=800, domain_reports_per_report=ratio)
-        return estimate_from_counts(counts, rates, CostSections.of(cfg), documents=40, overhead=150,
+        return estimate_from_counts(counts, rates, cost_sections(cfg), documents=40, overhead=150,
                                     tokenizer="t").stage("reports")
 
     # 200 entities x 0.25 = 50 reports of (150 + 800 x 1.1) tokens in and 300 out; 0.4 per-domain

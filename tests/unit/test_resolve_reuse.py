@@ -70,10 +70,10 @@ def _context(spark, folder, **overrides):
 
 def _load(ctx, units):
     """The extractions and text_units tables hold exactly `units` (a later call replaces them)."""
-    from corpusgraph.runner.steps import index as steps
+    from corpusgraph.stages.extract.llm import extract_identity
     from corpusgraph.tables import spark_schema
 
-    _, phash, model = steps.extract_identity(ctx)
+    _, phash, model = extract_identity(ctx.cfg.extract, ctx.cfg.prompt_path, ctx.cfg.llm.model)
     rows = [extraction(u, e, r, phash, model) for u, e, r in units]
     ctx.wh.overwrite("extractions", ctx.spark.createDataFrame(rows, spark_schema("extractions")))
     ctx.wh.overwrite("text_units", ctx.spark.createDataFrame(

@@ -27,8 +27,8 @@ from corpusgraph.stages.extract import fast as extract_fast_stage
 from corpusgraph.stages.ingest import files as ingest_stage
 from corpusgraph.tables import spark_schema, spark_struct
 
-__all__ = ["NoDocumentsError", "ingest", "chunk", "extract", "resolve", "communities", "reports", "extract_identity",
-           "identity", "graph_arrays", "membership_frame"]
+__all__ = ["NoDocumentsError", "ingest", "chunk", "extract", "resolve", "communities", "reports", "graph_arrays",
+           "membership_frame"]
 
 
 class NoDocumentsError(ValueError):
@@ -118,17 +118,6 @@ def chunk(st: StageContext, *, chunk: ChunkSection) -> StageResult:
     return StageResult(rows={"text_units": st.tables.read("text_units").count()})
 
 
-def identity(sec: ExtractSection, llm: LLMSection, prompt_path):
-    """(prompts, prompt_hash, model): what an extraction row is keyed on besides its unit
-    (stages/extract.extract_identity). prompt_path: a prompt's file from its configured name."""
-    return extract_stage.extract_identity(sec, prompt_path, llm.model)
-
-
-def extract_identity(ctx):
-    """identity() of anything holding the root config as `.cfg` (a RunContext, in tests)."""
-    return identity(ctx.cfg.extract, ctx.cfg.llm, ctx.cfg.prompt_path)
-
-
 def _extract_round(st: StageContext, packs, task, part: str, *, llm: LLMSection, ray: RaySection):
     """One extraction round over packs of units on Ray; each pack's rows are exploded back into
     one extractions row per unit and merged. Returns (usage, units sent, calls)."""
@@ -169,7 +158,7 @@ def extract(st: StageContext, *, extract: ExtractSection, llm: LLMSection, ray: 
     sec = extract
     if sec.method == "fast":
         return _extract_fast(st, sec)
-    prompts, phash, model = identity(sec, llm, st.prompt_path)
+    prompts, phash, model = extract_stage.extract_identity(sec, st.prompt_path, llm.model)
     units = st.tables.read("text_units")
     pending = extract_stage.pending_units(units, st.tables.read("extractions"), phash, model)
     # Round 0 extracts units with no row yet; rounds 1.. glean the rows that look incomplete.
@@ -204,7 +193,7 @@ def resolve(st: StageContext, *, resolve: ResolveSection, extract: ExtractSectio
     """Mentions -> entities (runner/steps/resolve.py), with this run's hand-off folder for its
     intermediate frames and Ray for its LLM rows."""
     sec = resolve
-    _, phash, model = identity(extract, llm, st.prompt_path)
+    _, phash, model = extract_stage.extract_identity(extract, st.prompt_path, llm.model)
     usage = Usage()
 
     def ask(task, df, part):

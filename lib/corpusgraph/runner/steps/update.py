@@ -48,7 +48,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from corpusgraph.config import ChunkSection, CommunitiesSection, UpdateSection
+from corpusgraph.config import (ChunkSection, CommunitiesSection, EmbeddingSection, EstimateSection, ExtractSection,
+                                LLMSection, ReportsSection, ResolveSection, UpdateSection)
+from corpusgraph.estimate.model import CostSections
+from corpusgraph.estimate.rates import estimate_warehouse
 from corpusgraph.graph.extend import extend_partition, modularity, old_partition
 from corpusgraph.llm.base import Usage
 from corpusgraph.runner.handoff import save
@@ -125,11 +128,11 @@ def communities(st: StageContext, *, communities: CommunitiesSection, update: Up
     return result
 
 
-def cost(st: StageContext, *, update: UpdateSection) -> StageResult:
-    """What this update redid and paid, next to what a full rebuild would cost.
-
-    The rebuild is priced by the run's `price_rebuild` service (update.run_update provides it:
-    the estimate module runs pipelines itself, so the registry's modules do not import it)."""
+def cost(st: StageContext, *, update: UpdateSection, extract: ExtractSection, resolve: ResolveSection,
+         reports: ReportsSection, embeddings: EmbeddingSection, llm: LLMSection, estimate: EstimateSection
+         ) -> StageResult:
+    """What this update redid and paid, next to what a full rebuild would cost at the warehouse's
+    own rates (estimate/rates.py; the cost model's sections are this step's own)."""
     spent = Usage()
     for r in st.earlier.values():
         if r.usage is not None:
@@ -142,7 +145,8 @@ def cost(st: StageContext, *, update: UpdateSection) -> StageResult:
     }
     result = StageResult(rows=rows)
     if update.estimate_full_rebuild:
-        est = st.service("price_rebuild")(st.tables)
+        est = estimate_warehouse(st.tables, CostSections(extract, resolve, reports, embeddings, llm, estimate),
+                                 st.prompt_path)
         rows.update(full_rebuild_calls=est.llm_calls, full_rebuild_tokens=est.llm_tokens,
                     token_fraction=round(rows["tokens"] / est.llm_tokens, 4) if est.llm_tokens else 0.0)
         result.notes.append(f"this update: {rows['tokens']:,} tokens in {spent.calls} calls; a full rebuild: "
