@@ -7,10 +7,11 @@ import os
 import pytest
 from pyarrow import fs
 
-from corpusgraph.storage.locations import (Location, S3Settings, arrow_filesystem, delta_storage_options, delta_uri,
+from corpusgraph.config import S3Section
+from corpusgraph.storage.locations import (Location, arrow_filesystem, delta_storage_options, delta_uri,
                                            parse, spark_hadoop_conf)
 
-LOCAL_S3 = S3Settings(endpoint="http://127.0.0.1:9000", access_key="k", secret_key="s", path_style=True)
+LOCAL_S3 = S3Section(endpoint="http://127.0.0.1:9000", access_key="k", secret_key="s", path_style=True)
 
 
 @pytest.mark.parametrize("location, expected", [
@@ -47,7 +48,7 @@ def test_spark_conf_for_a_local_server():
 
 
 def test_spark_conf_for_aws_leaves_credentials_to_the_default_chain():
-    conf = spark_hadoop_conf(S3Settings(region="eu-west-1"))
+    conf = spark_hadoop_conf(S3Section(region="eu-west-1"))
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "true"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "false"
     assert not any(k.endswith(("endpoint", "access.key", "secret.key", "credentials.provider")) for k in conf)

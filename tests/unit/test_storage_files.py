@@ -6,7 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from corpusgraph.storage.locations import S3Settings, download, list_files, open_delta, upload
+from corpusgraph.config import S3Section
+from corpusgraph.storage.locations import download, list_files, open_delta, upload
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +31,7 @@ def test_open_delta_reads_a_local_table_whatever_the_s3_settings(tmp_path):
     from deltalake.exceptions import TableNotFoundError
 
     write_deltalake(str(tmp_path / "t"), pa.table({"x": [1, 2, 3]}))
-    for s3 in (None, S3Settings(), S3Settings(endpoint="http://127.0.0.1:1", path_style=True)):
+    for s3 in (None, S3Section(), S3Section(endpoint="http://127.0.0.1:1", path_style=True)):
         assert open_delta(str(tmp_path / "t"), s3).to_pyarrow_table().num_rows == 3
     assert open_delta(str(tmp_path / "t"), version=0).version() == 0
     with pytest.raises(TableNotFoundError):

@@ -121,7 +121,7 @@ def _units_for_tuning(cfg: Config, ingest: bool) -> tuple[list[dict], str]:
 
     def read() -> list[dict]:
         try:
-            dt = open_delta(table_path(cfg.storage.warehouse, "text_units"), cfg.storage.s3.settings())
+            dt = open_delta(table_path(cfg.storage.warehouse, "text_units"), cfg.storage.s3)
         except TableNotFoundError:
             return []
         return dt.to_pyarrow_dataset().to_table(columns=["unit_id", "text", "n_tokens"]).to_pylist()
@@ -175,7 +175,7 @@ def cmd_tables(args) -> int:
     from corpusgraph.tables import TABLES, table_path
 
     cfg = _config(args)
-    s3 = cfg.storage.s3.settings()
+    s3 = cfg.storage.s3
     for name in TABLES:
         try:
             dt = open_delta(table_path(cfg.storage.warehouse, name), s3)

@@ -18,11 +18,12 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
+from corpusgraph.config import S3Section
 from corpusgraph.query.access import (community_visible, entity_visible, one_domain, parent_in_view,
                                       partial_view_community, relationship_visible)
 from corpusgraph.query.rows import report_shown
 from corpusgraph.query.store import IndexMissingError
-from corpusgraph.storage.locations import S3Settings, open_delta
+from corpusgraph.storage.locations import open_delta
 from corpusgraph.tables import table_path
 
 __all__ = ["Source", "View", "BATCH_ROWS"]
@@ -38,7 +39,7 @@ class Source:
     """Each table opened once, at its current version, so every pass over it reads the same rows.
     warehouse: a folder or URI; s3: how to reach one on S3 (None: the environment's settings)."""
 
-    def __init__(self, warehouse: str, batch_rows: int = BATCH_ROWS, s3: S3Settings | None = None):
+    def __init__(self, warehouse: str, batch_rows: int = BATCH_ROWS, s3: S3Section | None = None):
         self.warehouse = warehouse
         self.batch_rows = batch_rows
         self.s3 = s3

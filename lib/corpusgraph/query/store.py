@@ -21,10 +21,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from corpusgraph.config import S3Section
 from corpusgraph.query.access import VisibleVectors, select_view
 from corpusgraph.query.columns import CsrMap, Rows
 from corpusgraph.query.rows import FILL, KEYS, DomainReportRow, filled, report_shown
-from corpusgraph.storage.locations import S3Settings, open_delta
+from corpusgraph.storage.locations import open_delta
 from corpusgraph.tables import table as table_contract
 from corpusgraph.tables import table_path
 from corpusgraph.text import normalise_name
@@ -61,7 +62,7 @@ class IndexMissingError(FileNotFoundError):
     """A table or vector index the queries need is not there (the index was not built)."""
 
 
-def _read_table(warehouse: str, name: str, columns: list[str] | None = None, s3: S3Settings | None = None):
+def _read_table(warehouse: str, name: str, columns: list[str] | None = None, s3: S3Section | None = None):
     """The table as one Arrow table (delta-rs, no JVM)."""
     from deltalake.exceptions import TableNotFoundError
 
@@ -137,10 +138,10 @@ class IndexStore:
     """
 
     domains: frozenset[str] | None = None
-    s3: S3Settings | None = None
+    s3: S3Section | None = None
     domain_reports: dict[tuple[str, str], DomainReportRow] = {}  # (community id, domain) -> report row
 
-    def __init__(self, warehouse: str, index_dir: str, *, load_vectors: bool = True, s3: S3Settings | None = None):
+    def __init__(self, warehouse: str, index_dir: str, *, load_vectors: bool = True, s3: S3Section | None = None):
         self.warehouse = warehouse
         self.index_dir = index_dir
         self.s3 = s3

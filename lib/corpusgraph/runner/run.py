@@ -54,7 +54,7 @@ class RunContext:
         # Where hand-off files and durable LLM progress go: a folder or URI every node reaches.
         shared = cfg.storage.shared_dir()
         self.shared_dir = storage.node_path(shared) if storage.is_local(shared) else shared
-        self.s3 = cfg.storage.s3.settings()
+        self.s3 = cfg.storage.s3
         # Progress folders of the running stage, removed once it has committed (finish_stage).
         self.progress_dirs: list[str] = []
         self.results: dict[str, StageResult] = {}

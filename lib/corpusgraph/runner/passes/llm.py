@@ -16,7 +16,7 @@ from typing import Protocol, Sequence
 
 import pyarrow as pa
 
-from corpusgraph.config import LLMSection, RaySection
+from corpusgraph.config import LLMSection, RaySection, S3Section
 from corpusgraph.llm.base import ChatRequest, ChatResult, Usage
 from corpusgraph.runner import progress
 from corpusgraph.runner.passes.base import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, IO_CPUS, LLM_ACTOR_CPUS, Tally,
@@ -135,7 +135,7 @@ def run_llm_task(
     cache_dir: str,
     base_url: str | None,
     work: progress.Work | None = None,
-    s3: storage.S3Settings | None = None,
+    s3: S3Section | None = None,
     attempt: str = "run",
 ) -> int:
     """Rows at in_path (Parquet) -> task outputs as shards in out_path (its progress folder), on
@@ -244,7 +244,7 @@ def usage_from_sums(sums: dict, llm: LLMSection) -> Usage:
                  usd=llm.usd(sync_in, sync_out) + llm.usd(n["batch_tokens_in"], n["batch_tokens_out"], batch=True))
 
 
-def output_usage(path: str | Path, llm: LLMSection, s3: storage.S3Settings | None = None,
+def output_usage(path: str | Path, llm: LLMSection, s3: S3Section | None = None,
                  attempt: str | None = None) -> tuple[Usage, int]:
     """A task's accounting from its Parquet output read with pyarrow (tools and tests; the pipeline
     sums the same columns in Spark, handoff.spark_usage_sums): only the bookkeeping columns are

@@ -80,7 +80,7 @@ def ingest(st: StageContext, *, ingest: IngestSection, storage: StorageSection) 
     sec = ingest
     if not sec.inputs:
         raise ValueError("ingest.inputs is empty: name the files or folders to index in the config")
-    parsed, n_files, n_binary = _read_inputs(st.spark, sec, storage.s3.settings())
+    parsed, n_files, n_binary = _read_inputs(st.spark, sec, storage.s3)
     parsed = parsed.cache()
     docs = ingest_stage.documents_from(parsed).cache()
     quarantine = ingest_stage.quarantine_from(parsed)
