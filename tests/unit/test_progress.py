@@ -123,12 +123,16 @@ def test_durations():
     assert [format_duration(s) for s in (0, 42.4, 185, 7620)] == ["0s", "42s", "3m05s", "2h07m"]
 
 
-def test_interval_from_the_environment(monkeypatch):
+def test_interval_from_the_command_lines_environment(monkeypatch):
+    from corpusgraph.cli.main import progress_interval_s
+
     monkeypatch.setattr(progress, "_settings", progress._Settings())
-    monkeypatch.setenv("CORPUSGRAPH_PROGRESS_INTERVAL_S", "2.5")
+    progress.configure(interval_s=progress_interval_s({"CORPUSGRAPH_PROGRESS_INTERVAL_S": "2.5"}))
     assert progress.interval_s() == 2.5
-    monkeypatch.setenv("CORPUSGRAPH_PROGRESS_INTERVAL_S", "nonsense")
-    assert progress.interval_s() == 15.0
+    for env in ({"CORPUSGRAPH_PROGRESS_INTERVAL_S": "nonsense"}, {}, {"CORPUSGRAPH_PROGRESS_INTERVAL_S": "-1"}):
+        monkeypatch.setattr(progress, "_settings", progress._Settings())
+        progress.configure(interval_s=progress_interval_s(env))
+        assert progress.interval_s() == 15.0
 
 
 def test_log_lines_go_above_an_open_terminal_bar():
