@@ -19,7 +19,7 @@ def test_sampled_counts_agree_with_exact_counts_within_their_bound(spark):
     from corpusgraph.estimate.sample import count_prompt_tokens
     from corpusgraph.runner.dry_run import cost_sections
 
-    # base.yaml's packing (up to 6 units per call), so that calls per unit vary from cluster to cluster.
+    # Packing up to 6 units per call (the default; local.yaml sends one), so that calls per unit vary from cluster to cluster.
     cfg = load_config(REPO / "conf" / "local.yaml", {"estimate.tokenizer": "tiktoken", "extract.units_per_call": "6"})
     rows = []
     for i in range(1200):

@@ -53,7 +53,7 @@ def _sections(glean_rounds: int = 0, method: str = "llm") -> CostSections:
 
 def test_counts_follow_the_extract_prompt(cfg, tmp_path):
     cfg = cfg.model_copy(deep=True)
-    cfg.extract.units_per_call = 6  # base.yaml's packing (local.yaml sends one unit per call)
+    cfg.extract.units_per_call = 6  # the default packing (local.yaml sends one unit per call)
     counting = ExtractCounting.of(cost_sections(cfg), cfg.prompt_path)
     counter = counting.counter()
     base = extract_counts(UNITS, counting.requests, counter)
