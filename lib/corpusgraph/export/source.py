@@ -5,8 +5,8 @@ Nothing reads a table whole. A `View` makes a few passes over the id columns and
 access rules (query/access.py, the service's own functions) need to decide a row without its
 neighbours: every unit's domain, the visible entity and relationship ids, per-entity degree,
 each community's level and view parent, each entity's communities. All of it is O(units +
-entities + relationships + community memberships) small strings and ints; at 100k documents
-(194k units, 51k entities, 85k relationships, 163k memberships) that is well under 200 MB.
+entities + relationships + community memberships) small strings and ints (the exports' peak
+memory on a large index: tests/benchmarks/results/export.json).
 Descriptions, texts and id lists are only ever held one batch at a time, as the writers stream
 each table again and decide row by row.
 """

@@ -93,7 +93,7 @@ class Warehouse:
     def upsert_records(self, name: str, records: list[dict]) -> None:
         """Upsert a few records built on the driver (a run's `runs` row, its `llm_calls` rows) on the
         table's key. On a local warehouse through delta-rs: a Spark MERGE of one row runs several
-        jobs (4-20 s on 2 cores, twice per run); on a URI through Spark. Records lacking a column
+        jobs, twice per run; on a URI through Spark. Records lacking a column
         write it as null; a column the table lacks is an error.
         """
         schema = table(name).schema

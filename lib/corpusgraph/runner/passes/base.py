@@ -97,7 +97,7 @@ def _progress_counter():
     by name for each pass: a handle got by name does not own the actor, so it died with the first
     pass's handle (Ray frees an actor when its owner's handles are gone), whenever the garbage
     collector took that one; the next pass's workers then told a dead actor and its bar stood
-    silent (at 1M entities, the 3.5M-vector embed pass showed no line for its 72 minutes)."""
+    silent (a long embed pass showed no line at all)."""
     import ray
 
     return ray.remote(num_cpus=0, max_restarts=0)(_ProgressCounter).remote()

@@ -9,9 +9,9 @@ kind at a time) reads them back with pyarrow, batch by batch, into one prealloca
 approximate by size). With a local index_dir or hand-off folder the task runs on the driver's
 node, which has both; with both on an object store it may run on any node, and writes the files
 to a temporary folder there and uploads them to index_dir (storage.s3 says how to reach S3).
-The driver gets only each index's metadata: the vectors are corpus-sized (65 MB at 100k
-documents with 64 dimensions, gigabytes at millions with 384), and a cluster's driver is the
-machine with the least memory to spare. Their dimensions are checked in Spark first, so kinds of
+The driver gets only each index's metadata: the vectors are corpus-sized (4 bytes per dimension
+per item, gigabytes at millions of items), and a cluster's driver is the machine with the least
+memory to spare. Their dimensions are checked in Spark first, so kinds of
 one model that disagree stop the step before anything is written.
 """
 

@@ -311,7 +311,7 @@ def glean_candidates(extractions, text_units, section: ExtractSection, prompt_ha
     rounds done. Columns: unit_id, text, n_tokens, prior (the extractions row as a struct).
     Which of them `needs_gleaning` is decided where they are packed (packs_from's
     `needs_gleaning`), in the same pass over the rows: a row-at-a-time Python filter here sent
-    every row and its prior through Python once more (53 s of the 100k-document extract stage)."""
+    every row and its prior through Python once more."""
     from pyspark.sql import functions as F
 
     mine = extractions.where((F.col("prompt_hash") == prompt_hash) & (F.col("model") == model)
