@@ -152,7 +152,7 @@ def test_no_import_circle():
 LAYERS = (
     ("corpusgraph.cli",),
     ("serving",),
-    ("corpusgraph.runner", "corpusgraph.export", "corpusgraph.report", "corpusgraph.evaluate"),
+    ("corpusgraph.runner", "corpusgraph.export", "corpusgraph.report"),
     ("corpusgraph.query", "corpusgraph.estimate"),
     ("corpusgraph.stages",),
     ("corpusgraph.llm", "corpusgraph.storage"),
