@@ -25,7 +25,6 @@ criterion and order, and counted, never dropped.
 
 from __future__ import annotations
 
-import json
 import re
 import string
 from collections import Counter
@@ -54,7 +53,6 @@ __all__ = [
     "PairVerdict",
     "judge_pair",
     "summarise_verdicts",
-    "verdicts_json",
 ]
 
 # -- answer metrics --------------------------------------------------------------------------
@@ -364,8 +362,3 @@ def summarise_verdicts(verdicts: Sequence[PairVerdict], name_a: str = "A", name_
             "first_position_win_share": round(first_wins / first_decided, 4) if first_decided else None,
         }
     return out
-
-
-def verdicts_json(verdicts: Sequence[PairVerdict]) -> str:
-    """The verdicts as JSON lines (for logs)."""
-    return "\n".join(json.dumps(v.to_dict()) for v in verdicts)
