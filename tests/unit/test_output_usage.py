@@ -7,7 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpusgraph.config import LLMSection
-from corpusgraph.runner.passes.llm import output_usage, usage_from_outputs
+from corpusgraph.runner.passes.llm import output_usage
+from tests.support.task_outputs import usage_from_outputs
 
 pytestmark = pytest.mark.unit
 

@@ -22,9 +22,9 @@ from corpusgraph.runner import progress
 from corpusgraph.runner.passes.base import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, IO_CPUS, LLM_ACTOR_CPUS, Tally,
                                             init_ray, num_blocks, progress_feed)
 from corpusgraph.storage import locations as storage
-from corpusgraph.storage.shards import ATTEMPT, COLUMNS as SHARD_COLUMNS, UNIT, ShardSink, split_keys
+from corpusgraph.storage.shards import ATTEMPT, UNIT, ShardSink, split_keys
 
-__all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "usage_from_sums", "USAGE_SUMS",
+__all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_sums", "USAGE_SUMS",
            "output_schema", "META"]
 
 # Bookkeeping columns added to every output row and dropped before the Delta write (llm_batch:
@@ -279,14 +279,3 @@ def output_usage(path: str | Path, llm: LLMSection, s3: S3Section | None = None,
             "tokens_in": total("llm_tokens_in", paid), "tokens_out": total("llm_tokens_out", paid),
             "batch_tokens_in": total("llm_tokens_in", batch), "batch_tokens_out": total("llm_tokens_out", batch)}
     return usage_from_sums(sums, llm), tbl.nbytes
-
-
-def usage_from_outputs(path: str | Path, llm: LLMSection) -> tuple[Usage, pa.Table]:
-    """A task's accounting and its output rows without bookkeeping columns (for tests and tools
-    that look at the rows; the pipeline sums the usage in Spark, handoff.spark_usage_sums)."""
-    import pyarrow.dataset as pads
-
-    usage, _ = output_usage(path, llm)
-    tbl = pads.dataset(str(path), format="parquet").to_table()
-    meta = [n for n, _ in META + SHARD_COLUMNS]
-    return usage, tbl.drop_columns([n for n in meta if n in tbl.column_names])
