@@ -1,8 +1,9 @@
 """Ingest's parser over generated files: every input ends in documents or quarantine rows with a
 reason, the counts add up, the rows fit the Arrow schema Spark gets, and nothing raises.
 
-2,000 generated files per run (fuzz_files.py), ten per hypothesis example; a 50 MB line and a few
-hand-made shapes are examples of their own. The Spark-level run over a folder of generated files
+Generated files (fuzz_files.py), ten per hypothesis example, a fifth as many examples as the
+loaded profile's (tests/conftest.py): a small sample in the default tier, 2,000 files under
+`make test-fuzz`; a 50 MB line and a few hand-made shapes are examples of their own. The Spark-level run over a folder of generated files
 is tests/spark/test_ingest_fuzz.py.
 """
 
@@ -19,10 +20,11 @@ from corpusgraph.config import IngestSection
 from corpusgraph.stages.ingest.files import JSONL_SUFFIXES, PARSED_SCHEMA, is_container, iter_file, suffix_of
 from tests.support.fuzz_files import make_file
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.fuzz]
 
-FILES = 2_000
 BATCH = 10
+EXAMPLES = max(1, settings().max_examples // 5)  # the loaded profile's (tests/conftest.py)
+FILES = EXAMPLES * BATCH
 SECTION = IngestSection(max_bytes=200_000)
 
 
@@ -58,7 +60,7 @@ def check_file(name: str, data: bytes, section: IngestSection = SECTION) -> list
     return records
 
 
-@settings(max_examples=FILES // BATCH, deadline=None, database=None,
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.integers(0, 2**32))
 def _fuzz(seed):
@@ -77,7 +79,7 @@ def _fuzz(seed):
 _SEEN: dict[str, int] = {}
 
 
-def test_two_thousand_generated_files_end_in_documents_or_quarantine():
+def test_generated_files_end_in_documents_or_quarantine():
     _SEEN.update(files=0, document=0, quarantine=0)
     _fuzz()
     assert _SEEN["files"] >= FILES
