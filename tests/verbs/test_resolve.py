@@ -1,7 +1,7 @@
 """Entity resolution on small fixtures: the real resolve step on Delta, and its pure transforms.
 
 The adjudication tests here use a scripted chat model (prompt building and answer parsing are
-what they check); tests/spark/test_resolve.py::test_adjudication_and_summaries_on_the_real_model
+what they check); tests/verbs/test_resolve.py::test_adjudication_and_summaries_on_the_real_model
 runs the same path through Ray against the real embedded server.
 """
 

@@ -14,7 +14,7 @@ from corpusgraph.config import ResolveSection, load_config
 from corpusgraph.prompts import Prompt
 from corpusgraph.stages.resolve import score as RS
 from tests.conftest import REPO
-from tests.spark.test_resolve import extraction
+from tests.verbs.test_resolve import extraction
 
 
 # (unit, [(name, type, description)], [(source, target, strength)])
