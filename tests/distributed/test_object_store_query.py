@@ -39,7 +39,7 @@ from tests.conftest import REPO
 from tests.distributed.objectstore import MotoServer
 from tests.support.embed_server import EmbedServer, vector_for
 from tests.support.query_fixtures import build_tiny_index
-from tests.unit.test_serving import wait_ready
+from tests.unit.serving.test_serving import wait_ready
 
 pytestmark = pytest.mark.spark
 

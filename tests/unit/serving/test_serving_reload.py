@@ -11,7 +11,7 @@ import pytest
 
 from corpusgraph.tables import TABLES, table_path
 from tests.support.query_fixtures import ScriptedChat, build_tiny_index, make_engine
-from tests.unit.test_serving import QUESTION, serve_in_thread, settings, wait_ready
+from tests.unit.serving.test_serving import QUESTION, serve_in_thread, settings, wait_ready
 
 pytestmark = pytest.mark.unit
 

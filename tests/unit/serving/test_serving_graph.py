@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.query_fixtures import DOCS, ENTITIES
-from tests.unit.test_serving import running
+from tests.unit.serving.test_serving import running
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ import pytest
 
 from corpusgraph.config import Config
 from tests.support.query_fixtures import REPO, make_engine
-from tests.unit.test_serving import (LIVE_DOCS, QUESTION, SlowChat, _fake_embedding_endpoint, serve_in_thread, settings,
+from tests.unit.serving.test_serving import (LIVE_DOCS, QUESTION, SlowChat, _fake_embedding_endpoint, serve_in_thread, settings,
                                      wait_ready)
 
 pytestmark = pytest.mark.unit

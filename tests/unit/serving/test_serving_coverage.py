@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from corpusgraph.config import Config, ServeSection
 from corpusgraph.query.engine import METHODS
 from tests.support.query_fixtures import build_two_domain_index, make_engine
-from tests.unit.test_global import RatingChat
+from tests.unit.query.test_global import RatingChat
 
 pytestmark = pytest.mark.unit
 

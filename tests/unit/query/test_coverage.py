@@ -19,7 +19,7 @@ from corpusgraph.query.answer import format_answer
 from corpusgraph.query.engine import METHODS
 from tests.support.query_fixtures import ENTITIES, ScriptedChat, build_two_domain_index, fake_embed
 from tests.support.query_fixtures import make_engine as engine
-from tests.unit.test_global import RatingChat
+from tests.unit.query.test_global import RatingChat
 
 pytestmark = pytest.mark.unit
 
@@ -138,7 +138,7 @@ def test_basic_reports_k_and_the_similarity_of_the_last_unit_kept(store):
 
 
 def test_drift_counts_its_primer_and_follow_up_contexts(store):
-    from tests.unit.test_drift import DriftChat
+    from tests.unit.query.test_drift import DriftChat
 
     chat = DriftChat(["Who trained Tobin Hale?"])
     cov = engine(store, chat).ask("How did Mara Voss shape the guild?", method="drift").coverage
