@@ -7,7 +7,7 @@ from typing import Sequence
 
 from corpusgraph.tables import TABLES, spark_schema, table, table_path
 
-__all__ = ["Warehouse"]
+__all__ = ["Warehouse", "conform"]
 
 
 class Warehouse:
@@ -46,15 +46,7 @@ class Warehouse:
         return self.spark.read.format("delta").load(self.path(name))
 
     def conform(self, name: str, df):
-        """The frame with exactly the table's columns, in order and declared types; a clear error
-        when a column is missing (a stage bug, caught before anything is written)."""
-        from pyspark.sql import functions as F
-
-        schema = spark_schema(name)
-        missing = [f.name for f in schema if f.name not in df.columns]
-        if missing:
-            raise ValueError(f"output for table {name!r} lacks columns {missing}; it has {df.columns}")
-        return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema])
+        return conform(name, df)
 
     def overwrite(self, name: str, df, *, replace_schema: bool = False) -> None:
         """replace_schema: the table takes the declared schema even where its stored one differs
@@ -131,3 +123,15 @@ class Warehouse:
 
         cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         return DeltaTable.forPath(self.spark, self.path(name)).alias("t").merge(source.alias("s"), cond)
+
+
+def conform(name: str, df):
+    """The frame with exactly table `name`'s columns, in order and declared types; a clear error
+    when a column is missing (a stage bug, caught before anything is written)."""
+    from pyspark.sql import functions as F
+
+    schema = spark_schema(name)
+    missing = [f.name for f in schema if f.name not in df.columns]
+    if missing:
+        raise ValueError(f"output for table {name!r} lacks columns {missing}; it has {df.columns}")
+    return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema])

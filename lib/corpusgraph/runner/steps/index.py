@@ -237,8 +237,7 @@ def communities(st: StageContext, *, communities: CommunitiesSection) -> StageRe
         leiden.set_total(leiden.done)  # max_levels is a bound: the hierarchy stops when nothing needs splitting
     st.tables.overwrite("communities", comm_stage.communities_from_membership(membership_frame(st.spark, membership),
                                                                               ents, rels))
-    levels = {r["level"]: (r["n"], r["q"]) for r in st.tables.read("communities").groupBy("level").agg(
-        F.count("*").alias("n"), F.first("modularity").alias("q")).collect()}
+    levels = comm_stage.level_summary(membership)  # what was written, from the rows on the driver
     result = StageResult(rows={"communities": sum(n for n, _ in levels.values()), "levels": len(levels)})
     for level in sorted(levels):
         q = levels[level][1]  # None where a level has no edges to score (entities without relationships)
