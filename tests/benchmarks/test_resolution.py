@@ -32,7 +32,7 @@ import pytest
 
 from tests.support.resolution_set import extraction_rows, generate, generate_mentions, pairwise, summary
 from tests.conftest import REPO
-from tests.verbs.test_resolve import fresh_context
+from tests.support.resolve_fixtures import fresh_context
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

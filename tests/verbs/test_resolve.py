@@ -1,25 +1,25 @@
-"""Entity resolution on small fixtures: the real resolve step on Delta, and its pure transforms.
+"""Entity resolution on small in-memory frames: the transform the resolve step runs
+(runner/steps/resolve.resolve_tables, over tables held in memory and frames saved in memory:
+tests/verbs/util.py), and its parts (stages/resolve/).
 
 The adjudication tests here use a scripted chat model (prompt building and answer parsing are
-what they check); tests/verbs/test_resolve.py::test_adjudication_and_summaries_on_the_real_model
-runs the same path through Ray against the real embedded server.
+what they check); tests/spark/test_resolve_step.py runs the same path as a step, through Delta
+and Ray, against the real embedded server.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.testing import assertDataFrameEqual
 
-from corpusgraph.config import ResolveSection, load_config
+from corpusgraph.config import ResolveSection
 from corpusgraph.llm.base import ChatResult
-from corpusgraph.runner.run import RunContext
 from tests.conftest import REPO
+from tests.support.resolve_fixtures import AT, extraction, unit_frames
+from tests.verbs.util import FrameTables, Saved
 
 pytestmark = pytest.mark.spark
-
-AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 # (unit, [(name, type, description)], [(source, target, strength)])
 UNITS = [
@@ -48,60 +48,45 @@ UNITS = [
             ("Moscow", "LOCATION", "Russian capital.")],
      [("Moscow", "Michail Gorbatchev", 2)]),
 ]
+# conf/local.yaml's resolve section (the defaults) with no LLM round.
+NO_LLM = ResolveSection(llm_adjudication=False, summarise_descriptions=False)
 
 
-def extraction(unit_id, entities, rels, phash="P", model="M"):
-    return {
-        "unit_id": unit_id, "prompt_hash": phash, "model": model, "status": "ok",
-        "entities": [{"name": n, "type": t, "description": d} for n, t, d in entities],
-        "relationships": [{"source": s, "target": t, "description": f"{s} - {t}", "strength": w} for s, t, w in rels],
-        "claims": [], "tokens_in": 1, "tokens_out": 1, "gleanings": 0, "error": None, "raw": "{}",
-        "run_id": "r", "extracted_at": AT,
-    }
+def _no_model(task, df, part):
+    raise AssertionError(f"resolve asked the model ({part}) with adjudication and summaries off")
 
 
-def fresh_context(spark, tmp_path, **overrides):
-    """A RunContext on a fresh, empty warehouse under tmp_path: conf/local.yaml with no LLM in
-    resolve unless `overrides` turn it on."""
-    base = {"storage.warehouse": str(tmp_path / "wh"), "storage.index_dir": str(tmp_path / "idx"),
-            "storage.cache_dir": str(tmp_path / "cache"), "resolve.llm_adjudication": "false",
-            "resolve.summarise_descriptions": "false"}
-    cfg = load_config(REPO / "conf" / "local.yaml", {**base, **overrides})
-    ctx = RunContext(cfg, spark)
-    ctx.wh.ensure_all()
-    return ctx
+def load(spark, tables: FrameTables, units) -> None:
+    """The tables hold exactly `units` as live extractions (a later call replaces them)."""
+    ex, tu = unit_frames(spark, units)
+    tables.overwrite("extractions", ex)
+    tables.overwrite("text_units", tu)
 
 
-def context(spark, tmp_path, units=UNITS, **overrides):
-    """The real step's context on a fresh warehouse holding `units` as extractions."""
-    from corpusgraph.stages.extract.llm import extract_identity
-    from corpusgraph.tables import spark_schema
+def resolve(spark, units=UNITS, sec: ResolveSection = NO_LLM, tables: FrameTables | None = None):
+    """What the resolve step runs, on in-memory tables holding `units`: (tables, rows, saved frames)."""
+    from corpusgraph.runner.steps.resolve import ResolveIO, resolve_tables
 
-    ctx = fresh_context(spark, tmp_path, **overrides)
-    _, phash, model = extract_identity(ctx.cfg.extract, ctx.cfg.prompt_path, ctx.cfg.llm.model)
-    rows = [extraction(u, e, r, phash, model) for u, e, r in units]
-    ctx.wh.overwrite("extractions", spark.createDataFrame(rows, spark_schema("extractions")))
-    tu = spark.createDataFrame([(u, "d", 0, "", 0, 0, 0) for u, _, _ in units],
-                               "unit_id string, doc_id string, ordinal int, text string, n_tokens int, "
-                               "char_start int, char_end int")
-    ctx.wh.overwrite("text_units", tu)
-    return ctx
+    tables = tables if tables is not None else FrameTables(spark)
+    if units is not None:
+        load(spark, tables, units)
+    saved = Saved()
+    rows, _ = resolve_tables(ResolveIO(tables, saved, _no_model), sec, prompt_hash="P", model="M", llm_model="M",
+                             temperature=0.0)
+    return tables, rows, saved
 
 
 @pytest.fixture(scope="module")
-def resolved(spark, tmp_path_factory):
-    from corpusgraph.runner.pipeline import run_stage
-
-    ctx = context(spark, tmp_path_factory.mktemp("resolved"))
-    res = run_stage(ctx, "resolve")
-    ents = ctx.wh.read("entities").collect()
+def resolved(spark):
+    tables, rows, _ = resolve(spark)
+    ents = tables.read("entities").collect()
     by_alias = {a: e for e in ents for a in e["aliases"]}
-    aliases = {r["mention"]: r for r in ctx.wh.read("entity_aliases").collect()}
-    return ctx, res, by_alias, aliases
+    aliases = {r["mention"]: r for r in tables.read("entity_aliases").collect()}
+    return tables, rows, by_alias, aliases
 
 
 def test_variants_merge_and_hard_negatives_stay_apart(resolved):
-    _, res, by_alias, _ = resolved
+    _, rows, by_alias, _ = resolved
     contoso = by_alias["Contoso Pharmaceuticals Inc."]
     # legal suffix and case (exact key) and a typo (similarity) all land on one entity
     assert set(contoso["aliases"]) >= {"Contoso Pharmaceuticals Inc.", "Contoso Pharmaceutcals", "CONTOSO PHARMACEUTICALS",
@@ -113,11 +98,11 @@ def test_variants_merge_and_hard_negatives_stay_apart(resolved):
     assert by_alias["Contoso Pharmaceuticals EMEA"]["entity_id"] != contoso["entity_id"]
     assert by_alias["Rui Reis"]["entity_id"] != by_alias["Ana Reis"]["entity_id"]
     assert by_alias["Paris"]["entity_id"] != by_alias["Paris Hilton"]["entity_id"]
-    assert res.rows["pairs_scored"] > 0 and res.rows["entities"] == len({e["entity_id"] for e in by_alias.values()})
+    assert rows["pairs_scored"] > 0 and rows["entities"] == len({e["entity_id"] for e in by_alias.values()})
 
 
-def test_aliases_record_every_decision_and_a_merge_can_be_undone(resolved, spark, tmp_path):
-    ctx, _, by_alias, aliases = resolved
+def test_aliases_record_every_decision_and_a_merge_can_be_undone(resolved, spark):
+    _, _, by_alias, aliases = resolved
     assert set(aliases) == {n.strip().lower() for _, ents, _ in UNITS for n, _, _ in ents}
     typo = aliases["contoso pharmaceutcals"]
     assert typo["method"] in ("similarity", "llm") and 0.0 < typo["score"] <= 1.0
@@ -129,18 +114,15 @@ def test_aliases_record_every_decision_and_a_merge_can_be_undone(resolved, spark
     assert emea["rejected_reason"] in ("below_band", "not_asked") and emea["rejected_score"] < 0.5
     assert aliases["paris hilton"]["rejected_reason"] in (None, "type_clash", "below_band")
     # Undo: mapping every mention back to exact_id gives exactly the exact-name entities.
-    from corpusgraph.runner.pipeline import run_stage
-
-    exact_ctx = context(spark, tmp_path, **{"resolve.method": "exact"})
-    run_stage(exact_ctx, "resolve")
-    exact = {r["mention"]: r["entity_id"] for r in exact_ctx.wh.read("entity_aliases").collect()}
+    exact_tables, _, _ = resolve(spark, sec=NO_LLM.model_copy(update={"method": "exact"}))
+    exact = {r["mention"]: r["entity_id"] for r in exact_tables.read("entity_aliases").collect()}
     assert {m: a["exact_id"] for m, a in aliases.items()} == exact
 
 
 def test_relationship_weights_accumulate_over_merged_endpoints(resolved):
-    ctx, _, by_alias, _ = resolved
+    tables, _, by_alias, _ = resolved
     contoso, lisbon = by_alias["CONTOSO PHARMACEUTICALS"]["entity_id"], by_alias["Lisbon"]["entity_id"]
-    rels = {(r["source_id"], r["target_id"]): r for r in ctx.wh.read("relationships").collect()}
+    rels = {(r["source_id"], r["target_id"]): r for r in tables.read("relationships").collect()}
     edge = rels[tuple(sorted([contoso, lisbon]))]
     assert edge["weight"] == 7.0 and edge["unit_ids"] == ["u1", "u2"]  # 4 (exact spelling) + 3 (typo)
     assert all(a != b for a, b in rels)  # no self loops from merged endpoints
@@ -216,7 +198,7 @@ def test_connected_components_and_the_chain_guard(spark):
     assert got["n3"] == "n3" and [(r["a"], r["b"]) for r in cut2.collect()] == [("n2", "n3")]
 
 
-def test_the_guard_relabels_only_oversized_components_as_a_full_recompute_would(spark, tmp_path):
+def test_the_guard_relabels_only_oversized_components_as_a_full_recompute_would(spark):
     from corpusgraph.runner.steps import resolve as RR
     from corpusgraph.stages.resolve import merge as RM
 
@@ -230,17 +212,14 @@ def test_the_guard_relabels_only_oversized_components_as_a_full_recompute_would(
     edges = spark.createDataFrame(rows, "a string, b string, score double")
     sec = ResolveSection(max_component_size=3, strict_threshold=0.95)
 
-    def save(df, part):
-        df.write.mode("overwrite").parquet(str(tmp_path / part))
-        return spark.read.parquet(str(tmp_path / part))
-
+    save = Saved()
     labels, _ = RR._components(save, sec, nodes, edges, "cc", [])  # saved frames, as resolve hands them
-    got, cut = RR.guarded(save, sec, edges, labels, [])
-    got = {r["node_id"]: r["label"] for r in got.collect()}
+    got_df, cut = RR.guarded(save, sec, edges, labels, [])
     # the reference: components recomputed over every node and every kept edge, then the star cut
     kept, weak = RM.guard_edges(edges, labels, sec)
     full, star_cut = RM.star_cut(_labels_until_stable(spark, nodes, kept), kept, sec)
-    assert got == {r["node_id"]: r["label"] for r in full.collect()}
+    assertDataFrameEqual(got_df.select("node_id", "label"), full.select("node_id", "label"))
+    got = {r["node_id"]: r["label"] for r in got_df.collect()}
     assert got["n0"] == got["n1"] == "n0" and got["n2"] == got["n3"] == "n2" and got["n5"] == "n5"
     assert got["n10"] == got["n11"] == "n10"  # a small component keeps its weak edge
     assert {got[i] for i in ids[6:10]} == {"n7"}  # the medoid (highest score sum): every member has a spoke to it
@@ -296,7 +275,7 @@ class ScriptedJudge:
         return out
 
 
-def test_the_ambiguous_band_goes_to_the_adjudicator(spark, tmp_path):
+def test_the_ambiguous_band_goes_to_the_adjudicator(spark):
     from corpusgraph.prompts import load_prompt
     from corpusgraph.stages.resolve import mentions as R
     from corpusgraph.stages.resolve import blocking as RB
@@ -373,32 +352,47 @@ def test_long_merged_descriptions_are_summarised_or_cut(spark):
     assert len(cut["Castor Haulage"]["description"]) == 100
 
 
-@pytest.mark.llm
-@pytest.mark.ray
-def test_adjudication_and_summaries_on_the_real_model(spark, tmp_path):
-    """The step end to end with LLM adjudication and summaries on: Ray actors, the embedded
-    llama.cpp server, the response cache. The 135M model's verdicts are not judged; that each
-    band pair gets a recorded verdict (ok or parse_error), and a re-run is all cache hits, is."""
-    from corpusgraph.runner.pipeline import run_stage
+def _extraction(unit_id, entities, rels):
+    return {
+        "unit_id": unit_id, "prompt_hash": "P", "model": "M", "status": "ok",
+        "entities": [{"name": n, "type": t, "description": d} for n, t, d in entities],
+        "relationships": [{"source": s, "target": t, "description": d, "strength": w} for s, t, d, w in rels],
+        "claims": [], "tokens_in": 10, "tokens_out": 5, "gleanings": 0, "error": None, "raw": "{}",
+        "run_id": "r", "extracted_at": AT,
+    }
 
-    ctx = context(spark, tmp_path, **{"resolve.llm_adjudication": "true", "resolve.band_low": "0.0",
-                                      "resolve.summarise_descriptions": "true",
-                                      "resolve.max_description_chars": "100"})
-    try:
-        res = run_stage(ctx, "resolve")
-        assert res.rows["adjudicated"] >= 1 and res.rows["summarised"] >= 1
-        assert res.usage is not None and res.usage.calls >= 2 and res.usage.errors == 0
-        verdicts = ctx.spark.read.parquet(ctx.handoff("resolve", "adjudicate-out")).collect()
-        assert len(verdicts) == res.rows["adjudicated"]
-        assert all(v["status"] in ("ok", "parse_error") for v in verdicts)
-        assert sum(v["status"] == "ok" for v in verdicts) >= len(verdicts) / 2  # the grammar holds
-        long = [e for e in ctx.wh.read("entities").collect() if e["title"].lower().startswith("contoso pharm")
-                and len(" ".join(e["aliases"])) > 0]
-        assert long and all(0 < len(e["description"]) <= 100 for e in long)
-        again = run_stage(ctx, "resolve")
-        # The re-run pays for nothing: band verdicts are reused from resolve_pairs (the model is
-        # not asked again) and the summaries come back from the response cache.
-        assert again.rows["adjudicated"] == 0 and again.rows["adjudications_reused"] == res.rows["adjudicated"]
-        assert again.usage is not None and again.usage.calls == 0 and again.usage.cache_hits >= res.rows["summarised"]
-    finally:
-        ctx.close()
+
+def test_resolve_merges_normalised_names_and_accumulates_weights(spark):
+    from corpusgraph.config import ResolveSection
+    from corpusgraph.stages.resolve import mentions as R
+    from corpusgraph.tables import spark_schema
+
+    units = spark.createDataFrame([(u,) for u in ["u1", "u2", "u3"]], "unit_id string")
+    rows = [
+        _extraction("u1", [("Contoso Ltd", "ORGANIZATION", "A forwarder."), ("Lisbon", "LOCATION", "A hub.")],
+                    [("Contoso Ltd", "Lisbon", "runs a hub in", 4)]),
+        _extraction("u2", [("contoso", "ORGANIZATION", "Late pickups."), ("LISBON", "LOCATION", "Port city.")],
+                    [("Lisbon", "contoso", "hosts", 3), ("contoso", "Ana Reis", "employs", 2)]),
+        _extraction("gone", [("Ghost", "PERSON", "x")], []),  # unit no longer exists
+    ]
+    ex = spark.createDataFrame(rows, spark_schema("extractions"))
+    sec = ResolveSection()
+    live = R.live_extractions(ex, units, "P", "M")
+    rels = R.relationships(live, sec)
+    ents = R.entities(R.grouped(R.mentions(live, sec)), rels, sec)
+    by_title = {r["title"]: r for r in ents.collect()}
+    # "Ghost" came from a dead unit; ties between spellings resolve to the smallest, repeatably.
+    assert set(by_title) == {"Contoso Ltd", "LISBON", "Ana Reis"}
+    contoso = by_title["Contoso Ltd"]
+    assert contoso["aliases"] == ["Contoso Ltd", "contoso"] and contoso["unit_ids"] == ["u1", "u2"]
+    assert contoso["frequency"] == 2 and contoso["degree"] == 2 and contoso["type"] == "ORGANIZATION"
+    assert by_title["Ana Reis"]["type"] == "UNKNOWN"  # named only as an endpoint: kept, not dropped
+    weights = {(r["source_id"], r["target_id"]): r["weight"] for r in rels.collect()}
+    pair = tuple(sorted([contoso["entity_id"], by_title["LISBON"]["entity_id"]]))
+    assert weights[pair] == 7.0  # 4 + 3, direction ignored
+    aliases = R.entity_aliases(R.mentions(live, sec)).collect()
+    assert {a["mention"] for a in aliases if a["entity_id"] == contoso["entity_id"]} == {"contoso ltd", "contoso"}
+    assert all(a["method"] == "exact" and a["score"] == 1.0 for a in aliases)
+    # The outputs match the declared table contracts.
+    tables = FrameTables(spark, entities=ents, relationships=rels)
+    assert tables.read("entities").count() == 3
