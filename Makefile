@@ -1,5 +1,6 @@
 # corpusgraph: `make setup` installs everything from nothing into .venv and ./jars (re-running is
-# quick and changes nothing); `make test` runs every test tier; `make index` runs the main job.
+# quick and changes nothing); `make test` runs every test tier but `slow` (benchmarks, faults,
+# cluster); `make index` runs the main job.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
