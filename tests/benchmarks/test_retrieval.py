@@ -66,11 +66,11 @@ def first_rows_file(source: Path, n: int, path: Path) -> list[dict]:
     return rows
 
 
-def asked(store, question: str, vector: np.ndarray):
+def asked(retriever, question: str, vector: np.ndarray):
     """The question as the query engine hands it to local ranking: names and titles matched once."""
     from corpusgraph.query.question import parse_question
 
-    return parse_question(store, question, vector, titles=store.retriever().titles)
+    return parse_question(retriever.store, question, vector, titles=retriever.titles)
 
 
 def recall_at(ranked_docs: list[str], gold: list[str], k: int) -> float:
@@ -202,7 +202,7 @@ def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questio
     `check_steps` adds the ablation and held-out rows (`steps_check`)."""
     from corpusgraph.config import QuerySection
     from corpusgraph.query.basic import build_basic_context
-    from corpusgraph.query.retrieval import rank_units
+    from corpusgraph.query.retrieval import GraphRetriever, rank_units
     from corpusgraph.query.store import IndexStore
 
     docs = docs if docs is not None else _read_jsonl(SHARED_DATA / name / "docs.jsonl")
@@ -224,7 +224,8 @@ def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questio
     out: dict[str, list[float]] = {k: [] for k in ("local5", "local2", "basic5", "basic2", "dense5", "dense2", "ppr5",
                                                    "ppr2")}
     t0 = time.perf_counter()
-    local_ranked = [[unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), weights, 20)]
+    retriever = GraphRetriever(store)
+    local_ranked = [[unit_doc[u] for u in rank_units(retriever, asked(retriever, q["question"], v), weights, 20)]
                     for q, v in zip(questions, qvecs)]
     local_s = time.perf_counter() - t0
     basic_ranked = [[unit_doc[u] for u in build_basic_context(store, v, basic_section).unit_ids] for v in qvecs]
@@ -255,9 +256,9 @@ def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questio
         "entities": len(store.entities), "relationships": len(store.relationships),
         "query_embed_seconds": round(embed_s, 2), "local_rank_ms_per_question": round(1000 * local_s / len(questions), 1),
         **(dict(zip(("local_without_step", "entity_bridge_held_out"),
-                    steps_check(store, questions, qvecs, unit_doc, weights, held_out=name in ENTITY_BRIDGE_TUNED_ON)))
+                    steps_check(retriever, questions, qvecs, unit_doc, weights, held_out=name in ENTITY_BRIDGE_TUNED_ON)))
            if check_steps else {}),
-        **({"adaptive_grid": adaptive_grid(store, questions, qvecs, unit_doc, weights)} if check_steps else {}),
+        **({"adaptive_grid": adaptive_grid(retriever, questions, qvecs, unit_doc, weights)} if check_steps else {}),
     }
 
 
@@ -266,14 +267,14 @@ def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questio
 ADAPTIVE_GRID = [{"seed_support_scale": a, "keep_dense_margin": m} for a in (1.0, 1.25, 1.5) for m in (1.0, 2.0, 4.0)]
 
 
-def adaptive_grid(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str], weights) -> list[dict]:
+def adaptive_grid(retriever, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str], weights) -> list[dict]:
     """Local recall@5 / @2 with each setting of ADAPTIVE_GRID."""
     from corpusgraph.query.retrieval import rank_units
 
     out = []
     for setting in ADAPTIVE_GRID:
         w = weights.model_copy(update=setting)
-        ranked = [[unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), w, 20)] for q, v in zip(questions, qvecs)]
+        ranked = [[unit_doc[u] for u in rank_units(retriever, asked(retriever, q["question"], v), w, 20)] for q, v in zip(questions, qvecs)]
         out.append({**setting, **{f"recall@{k}": round(float(np.mean([recall_at(r, q["evidence_doc_ids"], k)
                                                                        for r, q in zip(ranked, questions)])), 4)
                                   for k in (5, 2)}})
@@ -304,7 +305,7 @@ def leave_one_corpus_out(report: dict, names: tuple[str, ...]) -> dict:
 ENTITY_BRIDGE_TUNED_ON = ("musique100", "hotpotqa100")
 
 
-def steps_check(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str], weights,
+def steps_check(retriever, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str], weights,
                 splits: int = 20, seed: int = 11, held_out: bool = True) -> tuple[dict, dict | None]:
     """What each step after the walk adds, and how much of the entity bridge's gain is tuning.
 
@@ -315,7 +316,7 @@ def steps_check(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[
     from corpusgraph.query.retrieval import rank_units
 
     def recalls(w, k=5) -> np.ndarray:
-        return np.array([recall_at([unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), w, 20)],
+        return np.array([recall_at([unit_doc[u] for u in rank_units(retriever, asked(retriever, q["question"], v), w, 20)],
                                    q["evidence_doc_ids"], k) for q, v in zip(questions, qvecs)])
 
     ablation = {}

@@ -1,7 +1,7 @@
 """Local search: entities named or implied by the question, their neighbourhood, one LLM call.
 
-Context building (`build_local_context`) is a pure function of the store, the question and its
-vector, separate from the LLM call, so it can be tested and benchmarked on its own.
+Context building (`build_local_context`) is a pure function of the loaded index, the question and
+its vector, separate from the LLM call, so it can be tested and benchmarked on its own.
 
 Seeds are the entities whose names appear in the question, then the nearest entity vectors.
 The context has five sections, filled in this order, each with a share of max_context_tokens:
@@ -28,6 +28,7 @@ from corpusgraph.llm.base import ChatModel
 from corpusgraph.query.answer import Answer, answer_over_context, cited_tags, fit_budget, pack_blocks, unique_ordered
 from corpusgraph.query.basic import NO_CONTEXT_ANSWER, unit_block
 from corpusgraph.query.coverage import context_coverage, seed_facts
+from corpusgraph.query.loaded import LoadedIndex
 from corpusgraph.query.question import Question
 from corpusgraph.query.retrieval import rank_units
 from corpusgraph.query.store import IndexStore
@@ -194,8 +195,9 @@ def _report_block(store: IndexStore, i: int, cid: str) -> str:
     return "\n".join(lines)
 
 
-def build_local_context(store: IndexStore, question: Question, section: QuerySection) -> LocalContext:
+def build_local_context(index: LoadedIndex, question: Question, section: QuerySection) -> LocalContext:
     """Rank the neighbourhood of the question's entities into one tagged, budgeted context."""
+    store = index.store
     seeds = select_seeds(store, question, section.top_k_entities)
     neighbours = expand_neighbours(store, seeds, _NEIGHBOURS_PER_SEED_SLOT * section.top_k_entities)
     selected = seeds + neighbours
@@ -224,7 +226,7 @@ def build_local_context(store: IndexStore, question: Question, section: QuerySec
         else:
             # Personalised PageRank over entities and passages (query/retrieval.py), not only
             # the seeds' own units: multi-hop evidence shares an entity with a seed passage.
-            ids = rank_units(store, question, section.retrieval, _UNITS_RANKED * section.top_k_units)
+            ids = rank_units(index.retriever(), question, section.retrieval, _UNITS_RANKED * section.top_k_units)
             blocks = [unit_block(store, f"U{i}", u) for i, u in enumerate(ids, 1)]
         # The last section takes whatever is left, so rounding never strands tokens.
         room = budget - sum(used_by.values()) if name == "units" else int(budget * share) + carry
@@ -284,9 +286,10 @@ def local_coverage(store: IndexStore, question: Question, ctx: LocalContext, sec
             **context_coverage(store, ctx.unit_ids, ctx.tokens, section.max_context_tokens)}
 
 
-def local_search(store: IndexStore, chat: ChatModel, question: Question, section: QuerySection,
+def local_search(index: LoadedIndex, chat: ChatModel, question: Question, section: QuerySection,
                  prompt: str) -> Answer:
-    ctx = build_local_context(store, question, section)
+    store = index.store
+    ctx = build_local_context(index, question, section)
     details = {
         "seeds": len(ctx.seed_ids),
         "entities": len(ctx.entity_ids),

@@ -33,8 +33,8 @@ the best passages by the passage score keep their places against the walk unless
 stronger by a margin that shrinks as the seeds' support grows (the dense guarantee). Measured
 recall on the dev sets, with the ablation of each step: tests/benchmarks/results/retrieval.json.
 
-`GraphRetriever` builds the graph, BM25 and title index once per `IndexStore` (`IndexStore.retriever`
-keeps it); a question costs a handful of sparse products over the edge list. The walk itself is
+`GraphRetriever` builds the graph, BM25 and title index once per `IndexStore` (query/loaded.py's
+LoadedIndex keeps it); a question costs a handful of sparse products over the edge list. The walk itself is
 graph/walk.py's: above `max_walk_nodes` nodes it runs on the neighbourhood of the restart nodes
 only (at most `walk_hops` hops). With damping 0.5 the mass `walk_hops` = 3 hops out is an eighth
 of the restart mass and ranking near the seeds is what decides the top passages; it makes a
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -58,10 +57,8 @@ from corpusgraph.query.columns import CsrMap
 from corpusgraph.query.adaptive import entity_share, keep_dense, seed_support
 from corpusgraph.query.lexical import Bm25, TitleIndex
 from corpusgraph.query.question import Question
+from corpusgraph.query.store import IndexStore
 from corpusgraph.text import clean_name, normalise_name
-
-if TYPE_CHECKING:  # the store imports this module when it builds its retriever
-    from corpusgraph.query.store import IndexStore
 
 __all__ = ["GraphRetriever", "rank_units"]
 
@@ -153,6 +150,8 @@ class GraphRetriever:
         # The bridge steps (query/hops.py): documents by title, and each document's units.
         self.titles = TitleIndex(docs)
         self.units_of_doc = CsrMap(docs, doc_by_rank, by_rank, units)
+        self.links = hops.PassageLinks(self.unit_ids, self.unit_index, units, self.units_of_doc, self.titles,
+                                       self.graph, n_ent, self.passages_of, self.hub_passages)
 
     @staticmethod
     def _title_links(store: IndexStore, doc_by_rank: np.ndarray, ent_rank: np.ndarray, linked: np.ndarray,
@@ -193,25 +192,6 @@ class GraphRetriever:
             doc_titles = titles.take(np.maximum(d, 0)).to_pylist() if len(titles) else [None] * len(part)
             for t, title, has in zip(text.take(part).to_pylist(), doc_titles, (d >= 0).tolist()):
                 yield f"{(title if has else None) or ''}\n{t or ''}"
-
-    def mentioned_documents(self, unit_id: str) -> list[str]:
-        """Documents whose title the unit's text contains as whole words, in order of first
-        mention. A title's trailing "(...)" qualifier is not required. Its own document does not
-        count, nor does one whose title is part of its own document's title (a passage of "Act
-        of War: Direct Action" naming its game mentions "Direct action" only by the way)."""
-        unit = self.store.units[unit_id]
-        return self.titles.titles_in(unit.get("text") or "", unit["doc_id"])
-
-    def named_passages(self, question: Question, w: RetrievalSection) -> list[str]:
-        return hops.named_passages(self, question, w)
-
-    def bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray,
-               w: RetrievalSection) -> list[tuple[str, float]]:
-        return hops.bridge(self, ranked, question_vector, w)
-
-    def entity_bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray, w: RetrievalSection,
-                      named: set[int] = frozenset()) -> list[tuple[str, float]]:
-        return hops.entity_bridge(self, ranked, question_vector, w, named)
 
     def passage_scores(self, question: Question, w: RetrievalSection) -> dict[int, float]:
         """Hybrid dense + BM25 score of the candidate passages (unit index -> score in [0, 1])."""
@@ -294,14 +274,15 @@ class GraphRetriever:
             walked = dict(zip(units.tolist(), unit_scores.tolist()))
             evidence = {u: walked.get(self.unit_index[u], 0.0) for u in dense}
             ranked = keep_dense(ranked, dense, evidence, w.keep_dense, w.keep_dense_margin * (1.0 - trust))
-        named_units = self.named_passages(question, w)
+        vectors = self.store.vectors("text_unit")
+        named_units = hops.named_passages(self.links, vectors, question, w)
         if named_units:
             # Named documents first, with the top walk score; the walk's order after them.
             top = max((score for _, score in ranked), default=1.0)
             first = {u: top for u in named_units}
             ranked = list(first.items()) + [(u, score) for u, score in ranked if u not in first]
-        ranked = self.bridge(ranked, question.vector, w)
-        ranked = self.entity_bridge(ranked, question.vector, w, self.named_entities(question))
+        ranked = hops.bridge(self.links, vectors, ranked, question.vector, w)
+        ranked = hops.entity_bridge(self.links, vectors, ranked, question.vector, w, self.named_entities(question))
         return ranked[:limit]
 
     def passages_of_entity(self, e: int) -> np.ndarray:
@@ -314,6 +295,6 @@ class GraphRetriever:
         return self.graph.neighbourhood_pagerank(reset, w.damping, w.iterations, w.walk_hops, w.max_walk_nodes)
 
 
-def rank_units(store: IndexStore, question: Question, weights: RetrievalSection, limit: int) -> list[str]:
+def rank_units(retriever: GraphRetriever, question: Question, weights: RetrievalSection, limit: int) -> list[str]:
     """Unit ids for the question's context, best first (at most `limit`)."""
-    return [u for u, _ in store.retriever().rank(question, weights, limit)]
+    return [u for u, _ in retriever.rank(question, weights, limit)]
