@@ -350,10 +350,14 @@ def test_a_document_the_question_names_by_title_goes_first_and_is_bridged_from()
     # A question far from uA in vector space: the walk alone ranks it below uX and uO.
     far = np.array([0.0, 0.3, 0.954], dtype=np.float32)
     question = "Which weather station reports near Leland, North Carolina?"
-    named = RetrievalSection(title_min_score=0.0)
+    named = RetrievalSection(title_min_score=0.0, keep_dense=0)
     assert [u for u, _ in r.rank(_asked(r, question, far), RetrievalSection(title_seeds=0, bridge_from=0), 5)][0] == "uX"
     ranked = [u for u, _ in r.rank(_asked(r, question, far), named, 5)]
     assert ranked[0] == "uA" and ranked[1] in {"uB1", "uB2"}  # named first, then its bridge
+    # Under the guarantee the title step obeys the walk's rule: uA's place is the walk's best score,
+    # no more than what protects uX (the passages' best), so uX keeps the first place; uA follows.
+    guarded = [u for u, _ in r.rank(_asked(r, question, far), RetrievalSection(title_min_score=0.0), 5)]
+    assert guarded[0] == "uX" and "uA" in guarded
 
 
 def _entity_bridge_store():
@@ -444,3 +448,35 @@ def test_hub_seeds_give_way_to_the_passage_scores_and_the_best_passage_is_kept()
     assert r.rank(_asked(r, question, q), guard_only, 5) == r.rank(_asked(r, question, q), old, 5)
     # The defaults: uT first.
     assert [u for u, _ in r.rank(_asked(r, question, q), RetrievalSection(), 5)][0] == "uT"
+
+
+QUESTIONS_FOR_GUARANTEE = ("Who taught Tobin Hale?", "What did Mara Voss and Ilsa Brand agree in Port Keel?",
+                           "Do winter storms halt the copper mines?", "Who holds a lantern festival in spring?")
+
+
+def test_the_guarantee_keeps_basic_searchs_first_places_against_a_graph_without_the_margin(store):
+    from corpusgraph.query.hybrid import basic_ranking
+    from corpusgraph.query.loaded import LoadedIndex
+
+    loaded, r = LoadedIndex(store), _retriever(store)
+    for question in QUESTIONS_FOR_GUARANTEE:
+        asked = _asked(r, question, fake_embed([question])[0])
+        basic = basic_ranking(loaded, asked, QuerySection(), 5).unit_ids
+        # An arbitrary basic ranking (its reverse) and a margin no walk score reaches: every
+        # protected passage keeps its place, at each of the first five ranks, steps included.
+        for protected in (basic, basic[::-1]):
+            ranked = rank_units(r, asked, RetrievalSection(keep_dense_margin=1e9, seed_support_scale=1e-9), 10,
+                                protected)
+            assert ranked[:5] == protected[:5], question
+        # With the margin derived from the walk, the first place is basic's or the graph's own choice.
+        ranked = r.rank(asked, RetrievalSection(), 10, basic)
+        graph_only = [u for u, _ in r.rank(asked, RetrievalSection(keep_dense=0), 10)]
+        assert ranked[0][0] in (basic[0], graph_only[0]), question
+
+
+def test_the_guarantee_margin_comes_from_the_damping_unless_configured():
+    from corpusgraph.query.adaptive import guarantee_margin
+
+    assert guarantee_margin(RetrievalSection()) == 1.0  # d = 0.5: the walk can at most double a score
+    assert guarantee_margin(RetrievalSection(damping=0.8)) == pytest.approx(4.0)
+    assert guarantee_margin(RetrievalSection(keep_dense_margin=0.3)) == 0.3

@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult, Embedder
+from corpusgraph.llm.rerank import open_reranker
 from corpusgraph.prompts import load_prompt
 from corpusgraph.query.answer import Answer
 from corpusgraph.query.basic import basic_search
@@ -176,10 +177,14 @@ class QueryEngine:
                 answer = drift_search(index, meter, self.embedder, parsed, section, self.prompt_drift,
                                       self.prompt_reduce)
             else:
+                # The reranker (query.rerank) reorders basic search's ranking; local search keeps
+                # that ranking's first places unless the graph beats them. A chat reranker's calls
+                # go through the meter, so the answer's cost counts them.
+                reranker = open_reranker(section.rerank, meter) if section.basic == "hybrid" else None
                 if method == "basic":
-                    answer = basic_search(store, meter, parsed, section, self.prompt_answer)
+                    answer = basic_search(index, meter, parsed, section, self.prompt_answer, reranker)
                 else:
-                    answer = local_search(index, meter, parsed, section, self.prompt_answer)
+                    answer = local_search(index, meter, parsed, section, self.prompt_answer, reranker)
         return self._with_cost(answer, meter.results, reason, store)
 
     def _with_cost(self, answer: Answer, results: list[ChatResult], reason: str | None, store: IndexStore) -> Answer:

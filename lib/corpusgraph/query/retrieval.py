@@ -46,7 +46,7 @@ query/hops.py's.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -54,7 +54,7 @@ from corpusgraph.config import RetrievalSection
 from corpusgraph.graph.walk import WalkGraph
 from corpusgraph.query import hops
 from corpusgraph.query.columns import CsrMap
-from corpusgraph.query.adaptive import entity_share, keep_dense, seed_support
+from corpusgraph.query.adaptive import entity_share, guarantee_margin, keep_dense, seed_support
 from corpusgraph.query.lexical import Bm25, TitleIndex
 from corpusgraph.query.question import Question
 from corpusgraph.query.store import IndexStore
@@ -230,8 +230,12 @@ class GraphRetriever:
                     seeds[i] = max(seeds.get(i, 0.0), float(score))
         return {i: s / max(self.passages_of[i], 1.0) for i, s in seeds.items()}
 
-    def rank(self, question: Question, w: RetrievalSection, limit: int) -> list[tuple[str, float]]:
-        """The `limit` best (unit_id, score) pairs for the question, best first."""
+    def rank(self, question: Question, w: RetrievalSection, limit: int,
+             protected: Sequence[str] | None = None) -> list[tuple[str, float]]:
+        """The `limit` best (unit_id, score) pairs for the question, best first. `protected`:
+        basic search's ranking (query/hybrid.py), whose first `keep_dense` passages keep their
+        places unless the graph's evidence beats them by the margin (adaptive.py); None: the
+        passage score's ranking stands in for it."""
         if not self.unit_ids:
             return []
         n_ent = len(self.entity_ids)
@@ -266,14 +270,6 @@ class GraphRetriever:
         units, unit_scores = nodes[reached] - n_ent, scores[reached]
         order = np.lexsort((units, -unit_scores))[:limit]  # best first, ties by passage index
         ranked = [(self.unit_ids[i], float(v)) for i, v in zip(units[order].tolist(), unit_scores[order].tolist())]
-        if w.keep_dense > 0 and passages:
-            # The dense guarantee against the walk; a walk on poorly supported seeds (trust near
-            # 0) needs the whole margin to move a protected passage, a well supported one less.
-            best = sorted(passages, key=lambda i: (-passages[i], i))[: w.keep_dense]
-            dense = [self.unit_ids[i] for i in best]
-            walked = dict(zip(units.tolist(), unit_scores.tolist()))
-            evidence = {u: walked.get(self.unit_index[u], 0.0) for u in dense}
-            ranked = keep_dense(ranked, dense, evidence, w.keep_dense, w.keep_dense_margin * (1.0 - trust))
         vectors = self.store.vectors("text_unit")
         named_units = hops.named_passages(self.links, vectors, question, w)
         if named_units:
@@ -283,6 +279,17 @@ class GraphRetriever:
             ranked = list(first.items()) + [(u, score) for u, score in ranked if u not in first]
         ranked = hops.bridge(self.links, vectors, ranked, question.vector, w)
         ranked = hops.entity_bridge(self.links, vectors, ranked, question.vector, w, self.named_entities(question))
+        if w.keep_dense > 0 and (passages or protected):
+            # The guarantee, after every step: the walk's choices, named documents and bridged
+            # passages (each carrying the score it was placed with) all face the same rule. A
+            # walk on poorly supported seeds (trust near 0) needs the whole margin to move a
+            # protected passage, a well supported one less.
+            if protected is None:
+                protected = [self.unit_ids[i] for i in sorted(passages, key=lambda i: (-passages[i], i))]
+            guard = [u for u in protected if u in self.unit_index][: w.keep_dense]
+            walked = dict(zip(units.tolist(), unit_scores.tolist()))
+            evidence = {u: walked.get(self.unit_index[u], 0.0) for u in guard}
+            ranked = keep_dense(ranked, guard, evidence, w.keep_dense, guarantee_margin(w) * (1.0 - trust))
         return ranked[:limit]
 
     def passages_of_entity(self, e: int) -> np.ndarray:
@@ -295,6 +302,8 @@ class GraphRetriever:
         return self.graph.neighbourhood_pagerank(reset, w.damping, w.iterations, w.walk_hops, w.max_walk_nodes)
 
 
-def rank_units(retriever: GraphRetriever, question: Question, weights: RetrievalSection, limit: int) -> list[str]:
-    """Unit ids for the question's context, best first (at most `limit`)."""
-    return [u for u, _ in retriever.rank(question, weights, limit)]
+def rank_units(retriever: GraphRetriever, question: Question, weights: RetrievalSection, limit: int,
+               protected: Sequence[str] | None = None) -> list[str]:
+    """Unit ids for the question's context, best first (at most `limit`); `protected`: basic
+    search's ranking, whose top places the ranking keeps unless the graph beats them by the margin."""
+    return [u for u, _ in retriever.rank(question, weights, limit, protected)]
