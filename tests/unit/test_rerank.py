@@ -90,3 +90,8 @@ def test_basic_search_reports_which_ranking_ran_and_keeps_hybrid_when_the_rerank
     local = make_engine(store, ScriptedChat("ok [U1]."), basic="hybrid").ask(question, method="local")
     assert local.coverage["basic_ranking"] == "hybrid"
     assert QuerySection().basic == "hybrid"
+    from corpusgraph.query.answer import format_answer
+
+    assert "ranked hybrid+rerank" in format_answer(reranked)
+    assert "the reranker failed, hybrid order kept" in format_answer(broken)
+    assert "guaranteed against basic search's hybrid ranking" in format_answer(local)

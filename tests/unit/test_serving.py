@@ -89,7 +89,7 @@ def test_ready_after_start_up_and_the_engine_is_built_once(store):
         assert ready["status"] == "ready" and ready["error"] is None
         assert ready["tables"] == {"documents": 8, "text_units": 8, "entities": 8, "relationships": 10,
                                    "claims": 1, "communities": 6, "community_reports": 5}
-        assert ready["report_levels"] == [0, 1]
+        assert ready["report_levels"] == [0, 1] and ready["basic"] == "hybrid"  # which basic search runs
         for method in ("basic", "local", "global", "auto"):
             assert client.post("/v1/query", json={"question": QUESTION, "method": method}).status_code == 200
         assert factory.calls == 1
