@@ -480,3 +480,14 @@ def test_the_guarantee_margin_comes_from_the_damping_unless_configured():
     assert guarantee_margin(RetrievalSection()) == 1.0  # d = 0.5: the walk can at most double a score
     assert guarantee_margin(RetrievalSection(damping=0.8)) == pytest.approx(4.0)
     assert guarantee_margin(RetrievalSection(keep_dense_margin=0.3)) == 0.3
+
+
+def test_a_protected_passage_outside_the_candidates_is_walked_and_keeps_its_place(store):
+    # A reranker may lift a passage the passage scores never took in (one candidate here): it gets
+    # restart mass, so a graph choice must beat its walk score, not an absent one.
+    r = _retriever(store)
+    question = "Who taught Tobin Hale?"
+    asked = _asked(r, question, fake_embed([question])[0])
+    w = RetrievalSection(candidates=1, keep_dense_margin=1e9, seed_support_scale=1e-9)
+    ranked = r.rank(asked, w, 10, ["u6", "u2"])
+    assert [u for u, _ in ranked[:2]] == ["u6", "u2"] and ranked[0][1] > 0

@@ -240,6 +240,15 @@ class GraphRetriever:
             return []
         n_ent = len(self.entity_ids)
         passages = self.passage_scores(question, w)
+        if protected is not None and w.keep_dense > 0:
+            # A protected passage outside the candidates (a reranker may lift one from far down)
+            # still gets restart mass, the least a candidate has: the walk then scores it, and a
+            # graph choice must beat that score, not an absent one.
+            floor = min(passages.values(), default=1.0)
+            for u in protected[: w.keep_dense]:
+                i = self.unit_index.get(u)
+                if i is not None and i not in passages:
+                    passages[i] = floor
         seeds = self.entity_seeds(question, w)
         if seeds and passages and w.seed_support:
             score = np.zeros(len(self.unit_ids))
