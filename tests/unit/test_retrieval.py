@@ -443,9 +443,12 @@ def test_hub_seeds_give_way_to_the_passage_scores_and_the_best_passage_is_kept()
     support_only = RetrievalSection(keep_dense=0, entity_bridge_from=0)
     assert [u for u, _ in r.rank(_asked(r, question, q), support_only, 5)][0] == "uT"
     # The guarantee's margin is scaled by (1 - trust), trust being the seeds' support: with
-    # seed support off the walk is fully trusted and the guarantee moves nothing.
-    guard_only = RetrievalSection(seed_support=False, entity_bridge_from=0)
+    # seed support off the walk is fully trusted and the guarantee moves nothing but the first
+    # place, which is basic search's best passage whatever the graph says (keep_first).
+    guard_only = RetrievalSection(seed_support=False, entity_bridge_from=0, keep_first=False)
     assert r.rank(_asked(r, question, q), guard_only, 5) == r.rank(_asked(r, question, q), old, 5)
+    first_kept = RetrievalSection(seed_support=False, entity_bridge_from=0)
+    assert [u for u, _ in r.rank(_asked(r, question, q), first_kept, 5)][0] == "uT"
     # The defaults: uT first.
     assert [u for u, _ in r.rank(_asked(r, question, q), RetrievalSection(), 5)][0] == "uT"
 
@@ -468,10 +471,11 @@ def test_the_guarantee_keeps_basic_searchs_first_places_against_a_graph_without_
             ranked = rank_units(r, asked, RetrievalSection(keep_dense_margin=1e9, seed_support_scale=1e-9), 10,
                                 protected)
             assert ranked[:5] == protected[:5], question
-        # With the margin derived from the walk, the first place is basic's or the graph's own choice.
-        ranked = r.rank(asked, RetrievalSection(), 10, basic)
+        # With the margin derived from the walk, the first place is basic's whatever the graph says;
+        # without keep_first it is basic's or the graph's own choice.
+        assert r.rank(asked, RetrievalSection(), 10, basic)[0][0] == basic[0], question
         graph_only = [u for u, _ in r.rank(asked, RetrievalSection(keep_dense=0), 10)]
-        assert ranked[0][0] in (basic[0], graph_only[0]), question
+        assert r.rank(asked, RetrievalSection(keep_first=False), 10, basic)[0][0] in (basic[0], graph_only[0]), question
 
 
 def test_the_guarantee_margin_comes_from_the_damping_unless_configured():

@@ -299,6 +299,11 @@ class GraphRetriever:
             walked = dict(zip(units.tolist(), unit_scores.tolist()))
             evidence = {u: walked.get(self.unit_index[u], 0.0) for u in guard}
             ranked = keep_dense(ranked, guard, evidence, w.keep_dense, guarantee_margin(w) * (1.0 - trust))
+            if w.keep_first and guard and ranked and ranked[0][0] != guard[0]:
+                # The first place answers what the question's own words match best; the graph's
+                # evidence is about what they do not say (the next hop), so it takes the places after.
+                first = next(x for x in ranked if x[0] == guard[0])
+                ranked = [first] + [x for x in ranked if x[0] != guard[0]]
         return ranked[:limit]
 
     def passages_of_entity(self, e: int) -> np.ndarray:

@@ -74,6 +74,10 @@ class RetrievalSection(Section):
     keep_dense: int = Field(5, ge=0, le=50, description="The guarantee: this many first passages of basic "
                             "search's ranking (query.basic) keep their places in local search's ranking unless "
                             "the graph's choice has more evidence by the margin (0: off).")
+    keep_first: bool = Field(True, description="The first place of local search's ranking is basic search's first "
+                             "passage whatever the graph says: the passage the question's own words match best; the "
+                             "graph's evidence (the next hop, what the question does not say) competes for the places "
+                             "after it.")
     keep_dense_margin: float | None = Field(None, ge=0, description="The guarantee's margin: a graph choice pushes "
                                             "a protected passage down only with at least (1 + this x (1 - trust)) "
                                             "times its walk score; trust is the seeds' mean support (0 for hubs, 1 "
