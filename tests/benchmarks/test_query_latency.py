@@ -233,7 +233,7 @@ def time_local_context(store, qs: list[str]) -> dict:
     local.rank_units = timed_rank
     try:
         loaded = LoadedIndex(store)
-    for q, v in zip(qs[:5], vectors[:5]):  # warm-up: lazy structures, caches
+        for q, v in zip(qs[:5], vectors[:5]):  # warm-up: lazy structures, caches
             local.build_local_context(loaded, parse_question(store, q, v, titles=loaded.retriever().titles), section)
         ranking.clear()
         totals, cpus, sizes = [], [], []
