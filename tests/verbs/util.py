@@ -25,8 +25,10 @@ class FrameTables:
             return self.spark.createDataFrame([], spark_schema(name))
         return self.frames[name]
 
-    def overwrite(self, name: str, df, *, replace_schema: bool = False) -> None:
+    def overwrite(self, name: str, df, *, replace_schema: bool = False) -> int:
+        """The table replaced by `df`; its rows now (as Warehouse.overwrite returns them)."""
         self.frames[name] = conform(name, df).localCheckpoint()
+        return self.frames[name].count()
 
     def rows(self, name: str, key: str) -> list[dict]:
         return sorted((r.asDict(recursive=True) for r in self.read(name).collect()), key=lambda r: r[key])

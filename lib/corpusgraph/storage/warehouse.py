@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Sequence
 
@@ -48,13 +49,34 @@ class Warehouse:
     def conform(self, name: str, df):
         return conform(name, df)
 
-    def overwrite(self, name: str, df, *, replace_schema: bool = False) -> None:
-        """replace_schema: the table takes the declared schema even where its stored one differs
-        (a warehouse made before a column was added to the table's contract)."""
-        writer = self.conform(name, df).write.format("delta").mode("overwrite")
+    def overwrite(self, name: str, df, *, replace_schema: bool = False) -> int:
+        """Replace the table with `df`; returns its rows now. replace_schema: the table takes the
+        declared schema even where its stored one differs (a warehouse made before a column was
+        added to the table's contract).
+
+        The count is the commit's own (its operationMetrics.numOutputRows, found by a tag the
+        write leaves in the commit's userMetadata), so a step need not read back what it wrote;
+        where the log cannot be read without Spark (a URI) the table is counted."""
+        tag = f"corpusgraph-overwrite-{uuid.uuid4().hex}"
+        writer = self.conform(name, df).write.format("delta").mode("overwrite").option("userMetadata", tag)
         if replace_schema:
             writer = writer.option("overwriteSchema", "true")
         writer.save(self.path(name))
+        written = self._rows_written(name, tag)
+        return written if written is not None else self.read(name).count()
+
+    def _rows_written(self, name: str, tag: str) -> int | None:
+        """numOutputRows of the commit tagged `tag` among the table's last few (delta-rs reads
+        the log's JSON, no Spark job); None when it is not there or says nothing."""
+        if not self.local:
+            return None
+        from deltalake import DeltaTable as RsTable
+
+        for commit in RsTable(self.path(name)).history(5):
+            if commit.get("userMetadata") == tag:
+                rows = (commit.get("operationMetrics") or {}).get("numOutputRows")
+                return int(rows) if rows is not None else None
+        return None
 
     def append(self, name: str, df) -> None:
         self.conform(name, df).write.format("delta").mode("append").save(self.path(name))

@@ -114,8 +114,8 @@ def chunk(st: StageContext, *, chunk: ChunkSection) -> StageResult:
     units = chunk_stage.chunk_documents(documents, chunk)
     with progress.spark_records(st.spark, "chunk", "documents", documents.where("NOT deleted").count(),
                                 source="Scan parquet"):
-        st.tables.overwrite("text_units", units)
-    return StageResult(rows={"text_units": st.tables.read("text_units").count()})
+        written = st.tables.overwrite("text_units", units)
+    return StageResult(rows={"text_units": written})
 
 
 def _extract_round(st: StageContext, packs, task, part: str, *, llm: LLMSection, ray: RaySection):
