@@ -1,5 +1,6 @@
 # corpusgraph: `make setup` installs everything from nothing into .venv and ./jars (re-running is
-# quick and changes nothing); `make test` runs every test tier; `make index` runs the main job.
+# quick and changes nothing); `make test` runs every test tier but `slow` (benchmarks, faults,
+# cluster); `make index` runs the main job.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 CONF ?= conf/local.yaml
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars browser test test-unit test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-scale bench-graphrag-venv clean
+.PHONY: setup jars browser test test-unit test-fuzz test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-scale bench-graphrag-venv clean
 # One line per step; pip and Maven run quietly (their warnings and errors still show).
 PIP := PIP_ROOT_USER_ACTION=ignore $(BIN)/pip --disable-pip-version-check
 setup: $(STAMP) jars/.complete
@@ -61,6 +62,11 @@ browser:
 	else SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); echo "installing Debian's chromium package"; \
 	  $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 	    --no-install-recommends chromium fonts-dejavu-core; fi
+
+# The fuzz tests at their full budgets (10,000 answers per parser, 2,000 files): the default tier
+# runs the same tests on a small sample (the hypothesis profiles of tests/conftest.py).
+test-fuzz: setup
+	$(PYTEST) tests -m fuzz --hypothesis-profile fuzz
 
 test-unit: setup
 	$(PYTEST) tests -m unit

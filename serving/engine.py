@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Union
 
-from corpusgraph.config import Config
+from corpusgraph.config import Config, S3Section
 from corpusgraph.query.engine import QueryEngine
-from corpusgraph.storage.locations import S3Settings, open_delta
+from corpusgraph.storage.locations import open_delta
 from corpusgraph.tables import table_path
 
 __all__ = ["EngineFactory", "EngineHolder", "Loaded", "default_engine_factory", "scrub_paths"]
@@ -70,7 +70,7 @@ def _reopen(store):
     return type(store)(store.warehouse, store.index_dir, s3=getattr(store, "s3", None))
 
 
-def _committed_since(warehouse: str, since_s: float, s3: S3Settings | None = None) -> bool:
+def _committed_since(warehouse: str, since_s: float, s3: S3Section | None = None) -> bool:
     """Whether any query table has a commit at or after `since_s` (epoch seconds)."""
     from serving.versions import table_versions
 

@@ -14,7 +14,8 @@ import logging
 import time
 from typing import Callable, TypeVar
 
-from corpusgraph.storage.locations import S3Settings, open_delta
+from corpusgraph.config import S3Section
+from corpusgraph.storage.locations import open_delta
 from corpusgraph.tables import table_path
 
 __all__ = ["QUERY_TABLES", "table_versions", "version_id", "load_consistent", "IndexChanging"]
@@ -31,7 +32,7 @@ class IndexChanging(RuntimeError):
     """The tables kept changing while the store was read, or a run holds the warehouse."""
 
 
-def table_versions(warehouse: str, s3: S3Settings | None = None) -> dict[str, int]:
+def table_versions(warehouse: str, s3: S3Section | None = None) -> dict[str, int]:
     """The latest Delta version of each query table there is (read from the logs, not the data);
     s3: how to reach a warehouse on S3 (the store's settings)."""
     from deltalake.exceptions import TableNotFoundError
@@ -53,7 +54,7 @@ def version_id(versions: dict[str, int]) -> str:
 
 def load_consistent(warehouse: str, load: Callable[[], T], *, attempts: int = 3,
                     busy: Callable[[], str | None] = lambda: None,
-                    s3: S3Settings | None = None) -> tuple[T, dict[str, int]]:
+                    s3: S3Section | None = None) -> tuple[T, dict[str, int]]:
     """`load()` and the table versions it read, retried while a table moves under it.
 
     busy() names a run writing the warehouse (corpusgraph.storage.runlock), or None: while one runs its

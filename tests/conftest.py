@@ -5,13 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
+# Fuzzing budgets, as hypothesis profiles: the default tier draws a small sample on every run;
+# `make test-fuzz` (pytest -m fuzz --hypothesis-profile fuzz, run by .ci/run) the full budgets:
+# 10,000 answers per parser (examples of ten) and 2,000 generated files (a fifth as many examples).
+# A test that names max_examples itself keeps it.
+settings.register_profile("small", max_examples=30, derandomize=True)  # the same sample every run
+settings.register_profile("fuzz", max_examples=1000)
+settings.load_profile("small")  # --hypothesis-profile replaces it
+
 
 def pytest_collection_modifyitems(items):
-    tiers = {"spark", "ray", "llm", "e2e", "slow"}
+    tiers = {"spark", "ray", "llm", "e2e", "slow"}  # fuzz tests are unit tests with a bigger budget
     for item in items:
         if not any(m.name in tiers for m in item.iter_markers()):
             item.add_marker(pytest.mark.unit)

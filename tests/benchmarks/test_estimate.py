@@ -60,9 +60,9 @@ def _cfg(root: Path, inputs: Path, cache: str):
 def _compare(spark, root: Path, name: str, inputs: Path) -> dict:
     from corpusgraph.estimate.count import ExtractCounting, count_units
     from corpusgraph.estimate.count import report_overhead
-    from corpusgraph.estimate.model import CostSections, Rates, estimate_from_counts
+    from corpusgraph.estimate.model import Rates, estimate_from_counts
     from corpusgraph.prompts import load_prompt
-    from corpusgraph.runner.dry_run import run_estimate
+    from corpusgraph.runner.dry_run import cost_sections, run_estimate
     from corpusgraph.runner.pipeline import run_index
     from corpusgraph.runner.run import RunContext
 
@@ -73,10 +73,10 @@ def _compare(spark, root: Path, name: str, inputs: Path) -> dict:
     run_index(ctx, ["ingest", "chunk", "extract", "resolve", "communities", "reports"])
     used = [ctx.results[s].usage for s in LLM_STAGES if s in ctx.results and ctx.results[s].usage is not None]
     actual = sum(u.tokens_in + u.tokens_out for u in used)
-    counting = ExtractCounting.of(cfg)
+    counting = ExtractCounting.of(cost_sections(cfg), cfg.prompt_path)
     counts = count_units(ctx.wh.read("text_units"), counting)
     overhead = report_overhead(cfg.reports, load_prompt(cfg.prompt_path(cfg.reports.prompt)), cfg.llm, counting.counter())
-    plain = estimate_from_counts(counts, Rates.configured(cfg.estimate, cfg.extract, cfg.reports), CostSections.of(cfg),
+    plain = estimate_from_counts(counts, Rates.configured(cfg.estimate, cfg.extract, cfg.reports), cost_sections(cfg),
                                  documents=est.documents, overhead=overhead, tokenizer=est.tokenizer)
     stages = {s: {"estimated_calls": est.stage(s).calls, "actual_calls": ctx.results[s].usage.calls,
                   "estimated_tokens_in": est.stage(s).tokens_in, "actual_tokens_in": ctx.results[s].usage.tokens_in,

@@ -49,10 +49,11 @@ import pytest
 
 from corpusgraph.config import ExtractSection, LLMSection, RaySection
 from corpusgraph.prompts import load_prompt
-from corpusgraph.runner.passes.llm import run_llm_task, usage_from_outputs
+from corpusgraph.runner.passes.llm import run_llm_task
 from corpusgraph.stages.extract.llm import ExtractPrompts, PackTask, pack_batch
 from tests.support import graphrag_side
 from tests.support.child_server import ChildServer
+from tests.support.task_outputs import usage_from_outputs
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]

@@ -35,7 +35,7 @@ from tests.support.resolution_set import generate_mentions
 from tests.benchmarks.test_resolution import blocking_pairs, load_extractions
 from tests.benchmarks.test_resolution import spark  # noqa: F401  (the fixture: local[2], 6g)
 from tests.conftest import REPO
-from tests.spark.test_resolve import fresh_context
+from tests.support.resolve_fixtures import fresh_context
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

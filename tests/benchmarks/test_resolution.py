@@ -32,7 +32,7 @@ import pytest
 
 from tests.support.resolution_set import extraction_rows, generate, generate_mentions, pairwise, summary
 from tests.conftest import REPO
-from tests.spark.test_resolve import fresh_context
+from tests.support.resolve_fixtures import fresh_context
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -75,10 +75,10 @@ def load_extractions(ctx, rows, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from corpusgraph.runner.steps import index as steps
+    from corpusgraph.stages.extract.llm import extract_identity
     from corpusgraph.tables import table
 
-    _, phash, model = steps.extract_identity(ctx)
+    _, phash, model = extract_identity(ctx.cfg.extract, ctx.cfg.prompt_path, ctx.cfg.llm.model)
     ex = extraction_rows(rows, phash, model)
     path = tmp_path / "ex.parquet"
     pq.write_table(pa.Table.from_pylist(ex, schema=table("extractions").schema), path)
@@ -116,11 +116,11 @@ def blocking_pairs(ctx):
     """The first half of steps.index.resolve (similarity), through the product's own functions:
     live extractions -> mentions -> nodes -> block keys -> candidate pairs, each frame written
     to the run's hand-off folder and read back as steps.index.resolve does. (nodes, pairs)."""
-    from corpusgraph.runner.steps import index as steps
+    from corpusgraph.stages.extract.llm import extract_identity
     from corpusgraph.stages.resolve import mentions as resolve_stage
     from corpusgraph.stages.resolve import blocking as RB
 
-    _, phash, model = steps.extract_identity(ctx)
+    _, phash, model = extract_identity(ctx.cfg.extract, ctx.cfg.prompt_path, ctx.cfg.llm.model)
     sec = ctx.cfg.resolve
 
     def saved(df, part):

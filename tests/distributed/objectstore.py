@@ -12,7 +12,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from corpusgraph.storage.locations import S3Settings, arrow_filesystem
+from corpusgraph.config import S3Section
+from corpusgraph.storage.locations import arrow_filesystem
 from tests.distributed.cluster import VENV_BIN, Daemons, free_ports, port_open, wait_until
 
 
@@ -35,9 +36,9 @@ class MotoServer:
         self.port: int | None = None
 
     @property
-    def settings(self) -> S3Settings:
-        return S3Settings(endpoint=f"http://127.0.0.1:{self.port}", region="us-east-1",
-                          access_key="testing", secret_key="testing", path_style=True)
+    def settings(self) -> S3Section:
+        return S3Section(endpoint=f"http://127.0.0.1:{self.port}", region="us-east-1",
+                         access_key="testing", secret_key="testing", path_style=True)
 
     def start(self) -> "MotoServer":
         cmd = moto_server_command()
@@ -57,7 +58,7 @@ class MotoServer:
     def stop(self) -> None:
         self.daemons.stop()
 
-    def __enter__(self) -> S3Settings:
+    def __enter__(self) -> S3Section:
         return self.start().settings
 
     def __exit__(self, *exc) -> None:

@@ -75,7 +75,7 @@ def _common(server_url: str, s3) -> dict:
         "resolve": {"method": "similarity", "llm_adjudication": False},
         "ingest": {"inputs": [f"s3a://{BUCKET}/corpus/"]},
         "storage": {"s3": {"endpoint": s3.endpoint, "region": s3.region, "access_key": s3.access_key,
-                           "secret_key": s3.secret_key, "path_style": True}},
+                           "secret_key": s3.secret_key.get_secret_value(), "path_style": True}},
     }
 
 

@@ -39,7 +39,7 @@ from tests.conftest import REPO
 from tests.distributed.objectstore import MotoServer
 from tests.support.embed_server import EmbedServer, vector_for
 from tests.support.query_fixtures import build_tiny_index
-from tests.unit.test_serving import wait_ready
+from tests.unit.serving.test_serving import wait_ready
 
 pytestmark = pytest.mark.spark
 
@@ -90,7 +90,7 @@ def _config_file(tmp, s3, chat_url: str, embed_url: str):
         "embeddings": {"backend": "openai", "api_base": embed_url, "model": EMBED_MODEL, "cache": False},
         "storage": {"warehouse": WAREHOUSE, "index_dir": INDEX_DIR, "cache_dir": str(tmp / "cache"),
                     "s3": {"endpoint": s3.endpoint, "region": s3.region, "access_key": s3.access_key,
-                           "secret_key": s3.secret_key, "path_style": s3.path_style}},
+                           "secret_key": s3.secret_key.get_secret_value(), "path_style": s3.path_style}},
     }
     (tmp / "prompts").symlink_to(REPO / "conf" / "prompts", target_is_directory=True)
     path = tmp / "objectstore.yaml"

@@ -3,24 +3,21 @@ index, query with each method (auto, basic, local, global, drift), serve (/ready
 estimate, update (with --verbose), prompt-tune, tables, export (graphml, neo4j, parquet) and
 report; the progress index prints, and Ray's and Spark's own progress output only with --verbose.
 
-One index per session, built by `corpusgraph index` from sample documents (freight) with the
-fast extraction path (spaCy, no LLM) and the deterministic scripted server
-(tests/support/scripted_server.py, a test harness) for reports and queries; every other
-command reads or extends that warehouse, and the dry run runs beside the build. The update test
-runs last: it adds a held-back sample document to the same warehouse. Each command's stdout and
-stderr are kept under the session's tmp folder (logs/); `-s` prints each command's seconds.
+The index and the estimate are the session's shared sample index (tests/e2e/conftest.py:
+`corpusgraph index`, then `corpusgraph estimate`, over the freight sample with the scripted
+server); every other command but update reads it. The update test builds three sample documents
+of its own with `corpusgraph index` and adds a fourth. Each command's stdout and stderr are kept
+under the session's tmp folder (logs/); `-s` prints each command's seconds.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -28,113 +25,27 @@ from pathlib import Path
 
 import pytest
 
-from corpusgraph.tables import table_path
-from tests.support import scripted_server
-from tests.conftest import REPO
+from tests.e2e.conftest import REFUSED, SAMPLE, SAMPLE_DOCUMENTS, sample_sets
+from tests.support.cli import Cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.ray]
 
-SAMPLE = REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs"
-# A few sample documents that share hubs, carriers and trailers; the last is held back for update.
-DOCS = ["valencia-weekly-2026-w12.md", "milan-weekly-2026-w14.md", "brightwater-email-2026-05.md",
-        "fenmore-complaint-2026-07.md", "milan-incident-2026-07-22.txt", "valencia-incident-r52-2026-06.md"]
+# Three sample documents that share hubs, carriers and trailers, and one held back for update.
+UPDATE_DOCS = ["valencia-weekly-2026-w12.md", "milan-weekly-2026-w14.md", "brightwater-email-2026-05.md"]
 HELD_BACK = "vistula-email-2026-05.md"
-CLI = Path(sys.executable).with_name("corpusgraph")
 # Ray Data's operator progress ("MapBatches(_LLMWorker): 0/1", "Queued blocks: ...") and its INFO
 # lines, Spark's console progress bar ("[Stage 3:==>  (1 + 1) / 2]"): off unless --verbose.
 NOISE = ("MapBatches(_LLMWorker): ", "Running Dataset", "Starting execution of Dataset", "Queued blocks", "[Stage ")
 
 
-class Cli:
-    """`corpusgraph <command> --conf local.yaml --set ...` against the session's warehouse."""
-
-    def __init__(self, root: Path, llm_url: str):
-        self.root = root
-        self.inputs = root / "in"
-        self.sets = {
-            "storage.warehouse": str(root / "wh"), "storage.index_dir": str(root / "idx"),
-            "storage.cache_dir": str(root / "cache"), "ingest.inputs": f"[{self.inputs}]",
-            "llm.backend": "openai", "llm.api_base": llm_url, "llm.model": "scripted", "llm.concurrency": "8",
-            "extract.method": "fast", "resolve.method": "exact",
-            # The commands run in `root`: Spark's spark-warehouse/ and derby.log land there too.
-            "spark.master": "local[2]", "spark.driver_memory": "2g", "spark.jars_dir": str(REPO / "jars"),
-        }
-        # Plain progress lines (stderr is not a terminal here) every second instead of every 15 s.
-        self.env = {**os.environ, "CORPUSGRAPH_PROGRESS_INTERVAL_S": "1"}
-        self.runs = 0
-
-    def argv(self, command: str, *args: str, sets: dict[str, str] | None = None) -> list[str]:
-        pairs = [a for k, v in {**self.sets, **(sets or {})}.items() for a in ("--set", f"{k}={v}")]
-        return [str(CLI), command, "--conf", str(REPO / "conf" / "local.yaml"), *pairs, *args]
-
-    def start(self, command: str, *args: str, sets: dict[str, str] | None = None) -> "Running":
-        """Start a command; its stdout and stderr go to <root>/logs."""
-        self.runs += 1
-        logs = self.root / "logs"
-        logs.mkdir(exist_ok=True)
-        out, err = logs / f"{self.runs:02d}-{command}.out", logs / f"{self.runs:02d}-{command}.err"
-        argv = self.argv(command, *args, sets=sets)
-        with open(out, "w") as o, open(err, "w") as e:
-            proc = subprocess.Popen(argv, cwd=self.root, env=self.env, stdout=o, stderr=e)
-        return Running(command, argv, proc, out, err)
-
-    def __call__(self, command: str, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-        """Run a command to its end (exit 0 or the test fails with its stderr)."""
-        return self.start(command, *args).wait(timeout)
-
-    def table(self, name: str):
-        from deltalake import DeltaTable
-
-        return DeltaTable(table_path(self.sets["storage.warehouse"], name)).to_pyarrow_table()
-
-
-class Running:
-    def __init__(self, command, argv, proc, out: Path, err: Path):
-        self.command, self.argv, self.proc, self.out, self.err = command, argv, proc, out, err
-        self.started = time.monotonic()
-
-    def wait(self, timeout: float = 1200) -> subprocess.CompletedProcess:
-        try:
-            code = self.proc.wait(timeout=timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-        print(f"corpusgraph {self.command}: {time.monotonic() - self.started:.1f}s")  # with -s: where the time goes
-        done = subprocess.CompletedProcess(self.argv, code, self.out.read_text(), self.err.read_text())
-        assert code == 0, f"corpusgraph {self.command} exited {code}:\n{done.stderr[-4000:]}"
-        return done
+@pytest.fixture(scope="module")
+def cli(sample_index):
+    return sample_index.cli
 
 
 @pytest.fixture(scope="module")
-def cli(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cli")
-    with scripted_server.running() as url:
-        c = Cli(root, url)
-        c.inputs.mkdir()
-        for name in DOCS:
-            shutil.copy(SAMPLE / name, c.inputs / name)
-        yield c
-
-
-# The dry run needs no index: it runs beside the build (its own warehouse, so the two never
-# write one `runs` table at once), which hides most of its time under the build's.
-ESTIMATE_SETS = {"storage.warehouse": "wh-estimate", "storage.cache_dir": "cache-estimate"}
-
-
-@pytest.fixture(scope="module")
-def estimating(cli):
-    out_dir = cli.root / "estimate"
-    sets = {k: str(cli.root / v) for k, v in ESTIMATE_SETS.items()}
-    running = cli.start("estimate", "--out", str(out_dir), "--json", sets=sets)
-    yield out_dir, sets["storage.warehouse"], running
-    if running.proc.poll() is None:  # its test was not run
-        running.proc.kill()
-        running.proc.wait()
-
-
-@pytest.fixture(scope="module")
-def indexed(cli, estimating):
-    return cli("index")
+def indexed(sample_index):
+    return sample_index.index
 
 
 def _summary_rows(stdout: str) -> dict[str, str]:
@@ -150,7 +61,8 @@ def _row_value(line: str, key: str) -> int:
 def test_index_prints_a_bar_per_stage_in_its_units_and_the_summary(cli, indexed):
     rows = _summary_rows(indexed.stdout)
     assert set(rows) == {"ingest", "chunk", "extract", "resolve", "communities", "reports", "embed", "total"}
-    assert _row_value(rows["ingest"], "documents") == len(DOCS)
+    assert _row_value(rows["ingest"], "documents") == SAMPLE_DOCUMENTS
+    assert _row_value(rows["ingest"], "quarantined") == len(REFUSED)
     assert "LLM calls" in indexed.stdout and "tokens in" in indexed.stdout
     err = indexed.stderr
     shown = "\n".join(ln for ln in err.splitlines() if "Spark job" not in ln)[-6000:]  # for a failure's message
@@ -168,13 +80,14 @@ def test_index_prints_a_bar_per_stage_in_its_units_and_the_summary(cli, indexed)
         return [(int(a), int(b)) for a, b in re.findall(
             rf"^\[corpusgraph\] {re.escape(label)}: (\d+)/(\d+) {unit} \(100%\), .+, done in \S+$", err, re.M)]
 
-    assert closing("ingest", "files") == [(len(DOCS), len(DOCS))], shown
-    assert closing("chunk", "documents") == [(len(DOCS), len(DOCS))], shown
+    files = len(list(SAMPLE.iterdir())) + len(REFUSED)
+    assert closing("ingest", "files") == [(files, files)], shown
+    assert closing("chunk", "documents") == [(SAMPLE_DOCUMENTS, SAMPLE_DOCUMENTS)], shown
     levels_built = _row_value(rows["communities"], "levels")
     assert closing("communities (Leiden)", "levels") == [(levels_built, levels_built)], shown
     for noise in NOISE:
         assert noise not in err, f"{noise!r} in the output of index without --verbose"
-    assert cli.table("documents").num_rows == len(DOCS)
+    assert cli.table("documents").num_rows == SAMPLE_DOCUMENTS
 
 
 def test_tables_lists_every_table_with_rows_and_version(cli, indexed):
@@ -184,7 +97,7 @@ def test_tables_lists_every_table_with_rows_and_version(cli, indexed):
     listed = {m.group(1): (int(m.group(2)), int(m.group(3)))
               for m in re.finditer(r"^(\S+)\s+(\d+) rows\s+version (\d+)$", out, re.M)}
     assert set(listed) == set(TABLES)
-    assert listed["documents"][0] == len(DOCS)
+    assert listed["documents"][0] == SAMPLE_DOCUMENTS
     assert listed["entities"][0] == cli.table("entities").num_rows > 0
     assert listed["communities"][0] > 0 and listed["community_reports"][0] > 0
 
@@ -219,7 +132,7 @@ def test_query_global_maps_community_reports(cli, indexed):
     cov = answer["coverage"]
     # Coverage is counted from the index: every report of it, and its documents.
     assert cov["reports_in_index"] == cli.table("community_reports").num_rows > 0
-    assert cov["documents_in_index"] == len(DOCS)
+    assert cov["documents_in_index"] == SAMPLE_DOCUMENTS
     assert 1 <= cov["reports_mapped"] <= cov["reports_in_index"]
     assert answer["details"]["map_calls"] >= 1 and answer["llm_calls"] >= answer["details"]["map_calls"]
 
@@ -297,21 +210,21 @@ def test_serve_answers_readyz_and_queries_then_stops(cli, indexed):
     assert code in (0, -signal.SIGTERM) and "Finished server process" in log_text, log_text[-4000:]
 
 
-def test_estimate_prices_the_build_and_draws_the_chart(cli, indexed, estimating):
+def test_estimate_prices_the_build_and_draws_the_chart(cli, indexed, sample_index):
     # --calibrate N (the real model on N sampled units) is left out: it runs four more stages and
     # a Ray of its own, more than this file's budget; test_cli_readme.py checks that it parses.
-    from deltalake import DeltaTable
-
-    out_dir, warehouse, running = estimating
-    est = json.loads(running.wait().stdout)
-    assert est == json.loads((out_dir / "estimate.json").read_text())
+    est = json.loads(sample_index.estimate.stdout)
+    assert est == json.loads((sample_index.estimate_dir / "estimate.json").read_text())
     # The same corpus as the build: its documents, and as many units as the build chunked.
-    assert est["documents"] == len(DOCS) and est["units"] == cli.table("text_units").num_rows
+    assert est["documents"] == SAMPLE_DOCUMENTS and est["units"] == cli.table("text_units").num_rows
     assert {s["stage"] for s in est["stages"]} >= {"extract", "reports", "embed"}
     assert {"gpt-4o-mini", "gpt-4.1"} <= set(est["usd"])  # dollars per model of estimate.prices
-    assert (out_dir / "estimate.svg").read_text().lstrip().startswith("<")
-    runs = DeltaTable(table_path(warehouse, "runs")).to_pyarrow_table().to_pylist()
-    assert [r["kind"] for r in runs] == ["estimate"]
+    assert (sample_index.estimate_dir / "estimate.svg").read_text().lstrip().startswith("<")
+    # The dry run wrote one row to the warehouse it was pointed at, in `runs`, and nothing else.
+    runs = cli.table("runs").to_pylist()
+    assert sorted(r["kind"] for r in runs) == ["estimate", "index"]
+    (row,) = [r for r in runs if r["kind"] == "estimate"]
+    assert row["status"] == "ok" and json.loads(row["stage_counts"])["units"] == est["units"]
 
 
 def test_prompt_tune_writes_an_editable_prompt_folder(cli, indexed):
@@ -346,15 +259,28 @@ def test_report_writes_one_html_page(cli, indexed):
     assert "plotly" in page.lower() and len(page) > 100_000  # plotly.js is inside the page
 
 
-def test_update_extracts_only_the_new_document_and_verbose_brings_ray_output_back(cli, indexed):
-    before_units = cli.table("text_units").num_rows
-    shutil.copy(SAMPLE / HELD_BACK, cli.inputs / HELD_BACK)
-    done = cli("update", "--verbose")
+@pytest.fixture(scope="module")
+def small(tmp_path_factory, scripted_url):
+    """Three sample documents indexed by `corpusgraph index` into a warehouse of their own (the
+    shared index is read-only), with the shared index's settings."""
+    root = tmp_path_factory.mktemp("cli-update")
+    small = Cli(root, sample_sets(root, scripted_url))
+    (root / "in").mkdir()
+    for name in UPDATE_DOCS:
+        shutil.copy(SAMPLE / name, root / "in" / name)
+    small("index")
+    return small
+
+
+def test_update_extracts_only_the_new_document_and_verbose_brings_ray_output_back(small):
+    before_units = small.table("text_units").num_rows
+    shutil.copy(SAMPLE / HELD_BACK, small.root / "in" / HELD_BACK)
+    done = small("update", "--verbose")
     rows = _summary_rows(done.stdout)
     assert done.stdout.splitlines()[0].endswith("(update)")  # the summary of an update run
-    new_units = cli.table("text_units").num_rows - before_units
+    new_units = small.table("text_units").num_rows - before_units
     assert new_units > 0 and _row_value(rows["extract"], "sent") == new_units
-    assert cli.table("documents").num_rows == len(DOCS) + 1
+    assert small.table("documents").num_rows == len(UPDATE_DOCS) + 1
     # --verbose: Ray Data's own log lines are back beside corpusgraph's bars.
     assert "Starting execution of Dataset" in done.stderr
     assert re.search(r"^\[corpusgraph\] embed: (\d+)/\1 vectors \(100%\)", done.stderr, re.M)

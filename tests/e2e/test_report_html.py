@@ -1,15 +1,16 @@
 """`corpusgraph report` rendered in headless Chromium (Debian's package, `make browser`).
 
-The index: the freight sample plus three inputs that ingest refuses (empty, binary, unsupported),
-built by the real stages (Spark + Delta, Ray, the HTTP client) against the deterministic scripted
-server (tests/support/scripted_server.py), ingest to reports, then a dry run
-(`run_estimate`) so the warehouse holds an estimate to compare. The page is written by the real
-command line and loaded from file:// over the DevTools protocol (tests/e2e/browser.py): no
-console error or failed load, every chart's Plotly.newPlot resolved, each chart's SVG holds
-marks of non-zero area, and the drawn data equal the tables. The full-page screenshot goes to the
-test's own folder; with CORPUSGRAPH_UPDATE_SCREENSHOTS=1 it also replaces the one kept at
-tests/e2e/screenshots/index_report.png (so a plain `make test` leaves the checkout clean). A small delta-rs warehouse with no estimate and no
-quarantine rows, and one with every table empty, show "none" panels and still log no error.
+The index: the session's shared sample index (tests/e2e/conftest.py), the freight sample plus
+three inputs that ingest refuses (empty, binary, unsupported), built by `corpusgraph index` with
+the deterministic scripted server, then priced by `corpusgraph estimate`, so the warehouse holds
+an estimate to compare. The page is written by the real command line and loaded from file://
+over the DevTools protocol (tests/e2e/browser.py): no console error or failed load, every chart's
+Plotly.newPlot resolved, each chart's SVG holds marks of non-zero area, and the drawn data equal
+the tables. The full-page screenshot goes to the test's own folder; with
+CORPUSGRAPH_UPDATE_SCREENSHOTS=1 it also replaces the one kept at
+tests/e2e/screenshots/index_report.png (so a plain `make test` leaves the checkout clean). A small
+delta-rs warehouse with no estimate and no quarantine rows, and one with every table empty, show
+"none" panels and still log no error.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import sys
 import pytest
 
 from corpusgraph.report.data import MAX_COMMUNITIES
+from corpusgraph.runner.registry import STAGES
 from tests.conftest import REPO
 from tests.e2e.browser import Chromium, find_chromium
 
 pytestmark = pytest.mark.e2e
 
-SAMPLE = REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs"
 SCREENSHOT = REPO / "tests" / "e2e" / "screenshots" / "index_report.png"
 CHARTS = ["chart-time", "chart-llm", "chart-estimate", "chart-types", "chart-degrees", "chart-hierarchy",
           "chart-quarantine"]
@@ -75,29 +76,8 @@ def _open(browser, url):
 
 
 @pytest.fixture(scope="module")
-def freight_index(spark, tmp_path_factory):
-    from corpusgraph.config import load_config
-    from corpusgraph.runner.dry_run import run_estimate
-    from corpusgraph.runner.pipeline import run_index
-    from corpusgraph.runner.run import RunContext
-    from tests.support import scripted_server
-
-    root = tmp_path_factory.mktemp("report")
-    inputs = root / "in"
-    shutil.copytree(SAMPLE, inputs)
-    (inputs / "empty.txt").write_bytes(b"")
-    (inputs / "scan.txt").write_bytes(b"\x00\x01PK\x03\x04 not text")
-    (inputs / "slides.key").write_text("a format ingest does not read")
-    with scripted_server.running() as url:
-        cfg = load_config(REPO / "conf" / "local.yaml", {
-            "storage.warehouse": str(root / "wh"), "storage.index_dir": str(root / "idx"),
-            "storage.cache_dir": str(root / "cache"), "ingest.inputs": f"[{inputs}]",
-            "llm.backend": "openai", "llm.api_base": url, "llm.model": "scripted", "llm.concurrency": "8",
-            "llm.usd_per_1k_in": "0.00015", "llm.usd_per_1k_out": "0.0006"})
-        # The stages that make the report's tables; embed's vectors are not in the report.
-        run_index(RunContext(cfg, spark), ["ingest", "chunk", "extract", "resolve", "communities", "reports"])
-        run_estimate(cfg, spark, out_dir=root / "estimate")
-    return root / "wh"
+def freight_index(sample_index):
+    return sample_index.warehouse
 
 
 def _table(warehouse, name, columns=None):
@@ -143,7 +123,7 @@ def test_report_of_the_freight_index_draws_every_chart(freight_index, browser, t
         i = est["x"].index(stage)
         assert est["y"][i] > 0 and act["y"][i] > 0
     runs = page.evaluate("document.getElementById('chart-time').data.map(t => t.name)")
-    assert runs == ["ingest", "chunk", "extract", "resolve", "communities", "reports"]
+    assert runs == list(STAGES)  # the index run's stages, each a trace
     shot = page.screenshot(tmp_path / SCREENSHOT.name, WIDTH)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
     if os.environ.get("CORPUSGRAPH_UPDATE_SCREENSHOTS") == "1":

@@ -21,7 +21,6 @@ from corpusgraph.config import load_config
 from corpusgraph.runner.pipeline import run_index
 from corpusgraph.runner.pipeline import run_update
 from corpusgraph.runner.run import RunContext
-from tests.support import scripted_server
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.ray]
@@ -38,12 +37,6 @@ ADDED = {
     "f.md": "Vistula Carriers joined Kestrel Logistics at Katowice. Vistula Carriers runs trucks to Leipzig.",
 }
 EDITED_C = "Kestrel Logistics closed its Leipzig depot. Anton Weber moved to Dresden with Kestrel Logistics."
-
-
-@pytest.fixture(scope="module")
-def scripted_url():
-    with scripted_server.running() as url:
-        yield url
 
 
 def _cfg(root, inputs, cache, url, **extra):

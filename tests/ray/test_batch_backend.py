@@ -274,7 +274,7 @@ if __name__ == "__main__":
 
 
 def _extract(tmp_path: Path, em: Emulator, in_path: str, cache: str, **llm_over):
-    from corpusgraph.runner.passes.llm import usage_from_outputs
+    from tests.support.task_outputs import usage_from_outputs
 
     scope: dict = {}
     exec(_DRIVER, scope)

@@ -35,7 +35,8 @@ def test_llm_and_embed_tasks_finish_on_a_one_cpu_ray(one_cpu_ray, tmp_path):
     from corpusgraph.config import EmbeddingSection, ExtractSection, LLMSection, RaySection
     from corpusgraph.prompts import load_prompt
     from corpusgraph.runner.passes.embed import run_embed_task
-    from corpusgraph.runner.passes.llm import run_llm_task, usage_from_outputs
+    from corpusgraph.runner.passes.llm import run_llm_task
+    from tests.support.task_outputs import usage_from_outputs
     from corpusgraph.stages.extract.llm import ExtractPrompts, PackTask, pack_batch
 
     units = [{"unit_id": f"u{i}", "text": f"Contoso shipped goods from Milan to Antwerp on day {i}; Fabrikam paid.",

@@ -26,11 +26,12 @@ def _two_domain_copy(folder):
 
 
 @pytest.fixture(scope="session")
-def freight_fast_index(spark, tmp_path_factory):
+def freight_fast_run(spark, tmp_path_factory):
     """The freight sample in two access domains, indexed ingest to communities with no model at all
     (fast spaCy extraction, resolution without LLM adjudication or summaries): deterministic, so the
-    export tests and the golden-table tests read one build. Returns (config, warehouse). Read-only:
-    a test that writes to it would change what the others see."""
+    export tests, the golden-table tests and the fast-extraction test read one build. The run's
+    context, its results included. Read-only: a test that writes to it would change what the
+    others see."""
     from corpusgraph.config import load_config
     from corpusgraph.runner.pipeline import run_index
     from corpusgraph.runner.run import RunContext
@@ -44,4 +45,10 @@ def freight_fast_index(spark, tmp_path_factory):
     })
     ctx = RunContext(cfg, spark)
     run_index(ctx, ["ingest", "chunk", "extract", "resolve", "communities"])
-    return cfg, ctx.wh
+    return ctx
+
+
+@pytest.fixture(scope="session")
+def freight_fast_index(freight_fast_run):
+    """freight_fast_run as (config, warehouse)."""
+    return freight_fast_run.cfg, freight_fast_run.wh

@@ -17,8 +17,9 @@ WORDS = ("depot", "trailer", "Porto", "Lisbon", "pallets", "Castor", "Haulage", 
 def test_sampled_counts_agree_with_exact_counts_within_their_bound(spark):
     from corpusgraph.estimate.count import ExtractCounting, count_units
     from corpusgraph.estimate.sample import count_prompt_tokens
+    from corpusgraph.runner.dry_run import cost_sections
 
-    # base.yaml's packing (up to 6 units per call), so that calls per unit vary from cluster to cluster.
+    # Packing up to 6 units per call (the default; local.yaml sends one), so that calls per unit vary from cluster to cluster.
     cfg = load_config(REPO / "conf" / "local.yaml", {"estimate.tokenizer": "tiktoken", "extract.units_per_call": "6"})
     rows = []
     for i in range(1200):
@@ -26,7 +27,7 @@ def test_sampled_counts_agree_with_exact_counts_within_their_bound(spark):
         text = " ".join(WORDS[(i + k * 3) % len(WORDS)] for k in range(n)) + "."
         rows.append((f"u{i:04d}", "d1", i, text, n, 0, len(text)))
     units = spark.createDataFrame(rows, spark_schema("text_units"))
-    counting, seed = ExtractCounting.of(cfg), cfg.estimate.calibrate_seed
+    counting, seed = ExtractCounting.of(cost_sections(cfg), cfg.prompt_path), cfg.estimate.calibrate_seed
     exact = count_units(units, counting)
     counts, sampling = count_prompt_tokens(units, counting, seed, sample_units=300)
     assert sampling is not None and counts["units"] == exact["units"] == 1200

@@ -4,7 +4,7 @@ The index: the freight sample with every document given one of two access domain
 copy, "ops" and "hq" alternately), built once per test session with the fast extraction method
 (spaCy, no LLM) and no model at all (`freight_fast_index` in tests/spark/conftest.py): ingest to
 communities, without reports (they would start Ray and a model server for a join that
-tests/unit/test_export.py checks on its index's reports) or embeddings (no export reads them). Each
+tests/unit/export/test_export.py checks on its index's reports) or embeddings (no export reads them). Each
 format, unrestricted and for --domains ops, is compared with counts and attributes computed here
 from the tables read by Spark.
 """

@@ -13,7 +13,7 @@ from corpusgraph.config import load_config
 from corpusgraph.runner.run import RunContext
 from tests.conftest import REPO
 from tests.support.fuzz_files import make_file
-from tests.unit.test_fuzz_ingest import check_file
+from tests.unit.stages.test_fuzz_ingest import check_file
 
 pytestmark = pytest.mark.spark
 

@@ -7,10 +7,10 @@ from tests.conftest import REPO
 def test_local_overlays_base_and_keeps_defaults():
     cfg = load_config(REPO / "conf" / "local.yaml")
     assert cfg.llm.backend == "embedded"
-    assert cfg.chunk.size_tokens == 600  # local.yaml overrides base.yaml's 300
-    assert load_config(REPO / "conf" / "base.yaml").chunk.size_tokens == 300
-    assert cfg.storage.warehouse == "work/warehouse"  # from base.yaml, untouched by local.yaml
-    assert cfg.communities.seed == 42  # a default stated only in config.py
+    assert cfg.chunk.size_tokens == 600  # local.yaml overrides the default
+    assert load_config(REPO / "conf" / "base.yaml").chunk.size_tokens == 300  # the default, stated only in sections/
+    assert cfg.estimate.prices["gpt-4o-mini"].usd_per_1m_in == 0.15  # from base.yaml, untouched by local.yaml
+    assert cfg.communities.seed == 42  # a default stated only in sections/
     assert cfg.prompt_path(cfg.extract.prompt).is_file()
 
 
@@ -54,7 +54,7 @@ def test_fingerprint_is_a_short_hash_that_skips_the_service_section():
 
 def test_query_section_is_nested_by_concern():
     cfg = load_config(REPO / "conf" / "base.yaml", {"query.global.level": "2", "query.drift.breadth": "4"})
-    # Defaults as written in lib/corpusgraph/sections/query.py; prompts as base.yaml names them.
+    # Defaults as written in lib/corpusgraph/sections/query.py, prompts included.
     assert (cfg.query.retrieval.damping, cfg.query.retrieval.iterations, cfg.query.retrieval.keep_dense) == (0.5, 30, 5)
     assert cfg.query.global_.level == 2 and cfg.query.global_.prompt_map == "prompts/global_map.txt"
     assert cfg.query.drift.breadth == 4 and cfg.query.drift.prompt == "prompts/drift_primer.txt"
@@ -75,3 +75,24 @@ def test_a_flat_query_key_names_its_new_place(tmp_path, old, new):
         load_config(p)
     with pytest.raises(ConfigError, match=f"query.{old} is now {new}"):
         load_config(REPO / "conf" / "local.yaml", {f"query.{old}": "1"})
+
+
+def test_base_yaml_states_no_default():
+    # base.yaml holds a deployment's choices; a value equal to its section's default says nothing
+    # and goes stale when the default changes.
+    import yaml
+
+    from corpusgraph.config import Config
+
+    def same(node: dict, default: dict, path: str) -> list[str]:
+        out = []
+        for key, value in node.items():
+            d = default.get(key) if isinstance(default, dict) else None
+            if isinstance(value, dict) and isinstance(d, dict) and value and d:
+                out += same(value, d, f"{path}{key}.")
+            elif value == d:
+                out.append(f"{path}{key}")
+        return out
+
+    raw = yaml.safe_load((REPO / "conf" / "base.yaml").read_text())
+    assert same(raw, Config().model_dump(by_alias=True), "") == []

@@ -1,6 +1,8 @@
 """Every parser of model answers turns any text into an ok or parse_error result, never an exception.
 
-10,000 generated answers per parser per run, drawn ten at a time (fuzz_strategies.py): arbitrary text, JSON cut short,
+Generated answers drawn ten at a time (fuzz_strategies.py), as many as the hypothesis profile's
+examples allow: a small sample in the default tier, 10,000 per parser under `make test-fuzz`
+(tests/conftest.py). Arbitrary text, JSON cut short,
 wrong types, odd numbers (NaN, 1e999, 5,000 digits), deep nesting and huge arrays. Each test also
 checks the shape of what comes back, so "no exception" cannot hide a nonsense row.
 """
@@ -16,12 +18,12 @@ from corpusgraph.config import ExtractSection, ReportsSection, ResolveSection
 from corpusgraph.llm.base import ChatResult
 from tests.support.fuzz_strategies import answer_batches
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.fuzz]
 
-INPUTS = 10_000  # generated answers per parser per run
 BATCH = 10
-FUZZ = settings(max_examples=INPUTS // BATCH, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# max_examples from the loaded profile (tests/conftest.py): INPUTS answers per parser per run.
+FUZZ = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+INPUTS = FUZZ.max_examples * BATCH
 
 EXTRACT = ExtractSection(claims=True)
 STATUSES = {"ok", "parse_error"}

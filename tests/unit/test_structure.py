@@ -160,7 +160,7 @@ def test_no_import_circle_even_counting_type_checking_imports():
 LAYERS = (
     ("corpusgraph.cli",),
     ("serving",),
-    ("corpusgraph.runner", "corpusgraph.export", "corpusgraph.report", "corpusgraph.evaluate"),
+    ("corpusgraph.runner", "corpusgraph.export", "corpusgraph.report"),
     ("corpusgraph.query", "corpusgraph.estimate"),
     ("corpusgraph.stages",),
     ("corpusgraph.llm", "corpusgraph.storage"),
@@ -173,12 +173,6 @@ SIDEWAYS = {("corpusgraph.report", "corpusgraph.runner"), ("corpusgraph.config",
 # Never, whatever the lines say: the query side runs without Spark or the runner, the service too.
 NEVER = {("corpusgraph.query", "corpusgraph.stages"), ("corpusgraph.query", "corpusgraph.runner"),
          ("serving", "corpusgraph.runner"), ("serving", "corpusgraph.stages")}
-# Known ties against the order, each with what removes it.
-KNOWN_UPWARD = {
-    # S3Section.settings() builds storage's S3Settings and StorageSection.uses_s3() parses a location:
-    # goes when storage takes the S3Section itself.
-    ("corpusgraph.sections.runtime", "corpusgraph.storage.locations"),
-}
 TOP_LEVEL_LEAVES = {"__init__.py", "config.py", "tables.py", "prompts.py", "text.py", "tokens.py", "lazy.py"}
 
 
@@ -202,17 +196,11 @@ def test_layer_order():
         a = _package(mod)
         for t in targets:
             b = _package(t)
-            if a == b or (mod, t) in KNOWN_UPWARD:
+            if a == b:
                 continue
             if (a, b) in NEVER or _layer(b) < _layer(a) or (_layer(b) == _layer(a) and (a, b) not in SIDEWAYS):
                 wrong.append(f"{mod} -> {t}")
     assert wrong == []
-
-
-def test_known_upward_ties_are_still_there():
-    # An entry of KNOWN_UPWARD that no longer exists must leave the list, so it cannot hide a new one.
-    graph = import_graph(type_checking=True)
-    assert {(a, b) for a, b in KNOWN_UPWARD if b not in graph.get(a, ())} == set()
 
 
 def test_package_top_holds_only_contract_leaves_and_folders():

@@ -36,7 +36,7 @@ def cmd_export(args) -> int:
     # --warehouse needs no config; one there still says how to reach a store on S3.
     cfg = config_from_args(args) if not args.warehouse or Path(args.conf).is_file() else None
     warehouse = args.warehouse or cfg.storage.warehouse
-    s3 = cfg.storage.s3.settings() if cfg is not None else None
+    s3 = cfg.storage.s3 if cfg is not None else None
     domains = None
     if args.domains is not None:
         domains = [d.strip() for d in args.domains.split(",") if d.strip()]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from corpusgraph.cli.common import add_config_options
 from corpusgraph.cli.common import config_from_args as _config
@@ -17,6 +18,33 @@ from corpusgraph.storage.runlock import RunLocked, refuse_if_running
 __all__ = ["main"]
 
 
+class _QueryMethods(Sequence):
+    """The query engine's METHODS as --method's choices, read when argparse first looks at them:
+    importing the engine loads the LLM clients and the index store, which every other command
+    (and --help) would otherwise wait for."""
+
+    def _methods(self) -> tuple[str, ...]:
+        from corpusgraph.query.engine import METHODS
+
+        return METHODS
+
+    def __getitem__(self, i):
+        return self._methods()[i]
+
+    def __len__(self) -> int:
+        return len(self._methods())
+
+
+def progress_interval_s(env) -> float | None:
+    """CORPUSGRAPH_PROGRESS_INTERVAL_S: seconds between plain progress lines in a log (None when
+    unset or not a number: progress's default)."""
+    raw = env.get("CORPUSGRAPH_PROGRESS_INTERVAL_S")
+    try:
+        return float(raw) if raw else None
+    except ValueError:
+        return None
+
+
 def _spark(cfg: Config, args=None):
     """The run's Spark session. Progress is corpusgraph's own (runner/progress.py); Spark's console
     progress bar and its WARN lines come back with --verbose (errors always show)."""
@@ -24,7 +52,7 @@ def _spark(cfg: Config, args=None):
     from corpusgraph.runner.spark import build_spark
 
     verbose = bool(getattr(args, "verbose", False))
-    progress.configure(verbose=verbose)
+    progress.configure(verbose=verbose, interval_s=progress_interval_s(os.environ))
     extra = {"spark.ui.showConsoleProgress": "false", **cfg.spark.extra}
     if verbose:
         extra["spark.ui.showConsoleProgress"] = "true"
@@ -121,7 +149,7 @@ def _units_for_tuning(cfg: Config, ingest: bool) -> tuple[list[dict], str]:
 
     def read() -> list[dict]:
         try:
-            dt = open_delta(table_path(cfg.storage.warehouse, "text_units"), cfg.storage.s3.settings())
+            dt = open_delta(table_path(cfg.storage.warehouse, "text_units"), cfg.storage.s3)
         except TableNotFoundError:
             return []
         return dt.to_pyarrow_dataset().to_table(columns=["unit_id", "text", "n_tokens"]).to_pylist()
@@ -175,7 +203,7 @@ def cmd_tables(args) -> int:
     from corpusgraph.tables import TABLES, table_path
 
     cfg = _config(args)
-    s3 = cfg.storage.s3.settings()
+    s3 = cfg.storage.s3
     for name in TABLES:
         try:
             dt = open_delta(table_path(cfg.storage.warehouse, name), s3)
@@ -204,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("query", help="answer questions with citations")
     add_config_options(sp)
     sp.add_argument("question", nargs="+", help="one or more questions")
-    sp.add_argument("--method", default="auto", choices=["auto", "basic", "local", "global", "drift"],
+    sp.add_argument("--method", default="auto", choices=_QueryMethods(), metavar="METHOD",
                     help="auto (the router picks, and says why), basic (vector), local (graph neighbourhood), "
                     "global (map-reduce over community reports) or drift (global primer, local follow-ups)")
     sp.add_argument("--level", type=int, default=None, help="community level for global search")

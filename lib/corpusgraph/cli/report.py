@@ -11,7 +11,7 @@ def cmd_report(args) -> int:
     from corpusgraph.cli.common import config_from_args
 
     cfg = config_from_args(args)
-    page = write_report(cfg.storage.warehouse, args.out, cfg.storage.s3.settings())
+    page = write_report(cfg.storage.warehouse, args.out, cfg.storage.s3)
     print(f"wrote {page} ({page.stat().st_size / 1e6:.1f} MB, plotly.js inside: opens offline)")
     return 0
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from corpusgraph.config import Config, EstimateSection, ExtractSection, LLMSection, ReportsSection
+from corpusgraph.config import EstimateSection, ExtractSection, LLMSection, ReportsSection
+from corpusgraph.estimate.model import CostSections
 from corpusgraph.llm.base import ChatRequest
 from corpusgraph.prompts import Prompt
 from corpusgraph.stages.extract.llm import ExtractPrompts, extract_identity, pack_requests
@@ -99,9 +101,11 @@ class ExtractCounting:
     spec: tuple[str, str, int]
 
     @classmethod
-    def of(cls, cfg: Config) -> "ExtractCounting":
-        prompts = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.model)[0] if cfg.extract.method == "llm" else None
-        return cls(cfg.extract, prompts, cfg.llm.temperature, counter_spec(cfg.estimate, cfg.llm.backend))
+    def of(cls, cost: CostSections, prompt_path: Callable[[str], Path]) -> "ExtractCounting":
+        """prompt_path: a prompt file's path from its configured name (Config.prompt_path)."""
+        ex, llm = cost.extract, cost.llm
+        prompts = extract_identity(ex, prompt_path, llm.model)[0] if ex.method == "llm" else None
+        return cls(ex, prompts, llm.temperature, counter_spec(cost.estimate, llm.backend))
 
     def requests(self, rows: Sequence[dict]) -> list[ChatRequest]:
         """The requests the stage sends for these units, packed as it packs them."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from corpusgraph.config import (Config, EmbeddingSection, EstimateSection, ExtractSection, LLMSection, ReportsSection,
+from corpusgraph.config import (EmbeddingSection, EstimateSection, ExtractSection, LLMSection, ReportsSection,
                                 ResolveSection)
 
 __all__ = ["Rates", "StageEstimate", "Estimate", "CostSections", "estimate_from_counts", "extract_cost",
@@ -113,7 +113,9 @@ class Estimate:
 
 @dataclass(frozen=True)
 class CostSections:
-    """The config sections the cost model reads, and nothing else of the config."""
+    """The config sections the cost model reads, and nothing else of the config. Each field is
+    named as its config section is (a caller holding the root config cuts it by these names:
+    runner/dry_run.cost_sections)."""
 
     extract: ExtractSection
     resolve: ResolveSection
@@ -121,10 +123,6 @@ class CostSections:
     embeddings: EmbeddingSection
     llm: LLMSection
     estimate: EstimateSection
-
-    @classmethod
-    def of(cls, cfg: Config) -> "CostSections":
-        return cls(cfg.extract, cfg.resolve, cfg.reports, cfg.embeddings, cfg.llm, cfg.estimate)
 
 
 # -- one stage at a time -------------------------------------------------------------------------

@@ -8,28 +8,34 @@ units with the real model (runner/dry_run.py), or an existing warehouse's measur
 
 from __future__ import annotations
 
-from corpusgraph.config import Config
+from pathlib import Path
+from typing import Callable
+
 from corpusgraph.estimate.count import ExtractCounting, count_units, report_overhead
 from corpusgraph.estimate.model import CostSections, Estimate, Rates, estimate_from_counts
 
-__all__ = ["warehouse_rates", "estimate_warehouse"]
+__all__ = ["warehouse_rates", "estimate_warehouse", "priced"]
+
+# A prompt file's path from its configured name (Config.prompt_path; a step's StageContext.prompt_path).
+PromptPath = Callable[[str], Path]
 
 
-def _overhead(cfg: Config, counting: ExtractCounting) -> int:
+def _overhead(cost: CostSections, prompt_path: PromptPath, counting: ExtractCounting) -> int:
     from corpusgraph.prompts import load_prompt
 
-    return report_overhead(cfg.reports, load_prompt(cfg.prompt_path(cfg.reports.prompt)), cfg.llm, counting.counter())
+    return report_overhead(cost.reports, load_prompt(prompt_path(cost.reports.prompt)), cost.llm, counting.counter())
 
 
-def _priced(counts: dict, rates: Rates, cfg: Config, counting: ExtractCounting, *, documents: int,
-            tokenizer: str) -> Estimate:
-    return estimate_from_counts(counts, rates, CostSections.of(cfg), documents=documents,
-                                overhead=_overhead(cfg, counting), tokenizer=tokenizer)
+def priced(counts: dict, rates: Rates, cost: CostSections, prompt_path: PromptPath, counting: ExtractCounting, *,
+           documents: int, tokenizer: str) -> Estimate:
+    """The estimate of a build from its counts and rates, with the report prompt's own overhead."""
+    return estimate_from_counts(counts, rates, cost, documents=documents,
+                                overhead=_overhead(cost, prompt_path, counting), tokenizer=tokenizer)
 
 
 # -- measured rates: from a calibration sample, or from an existing warehouse --------------------
 
-def warehouse_rates(wh, cfg: Config, *, source: str) -> tuple[Rates, dict]:
+def warehouse_rates(wh, cost: CostSections, prompt_path: PromptPath, *, source: str) -> tuple[Rates, dict]:
     """Rates measured from what a warehouse holds: answer lengths, entities per unit, reported
     communities per entity, report context size, and how far the counted prompt tokens were from
     the ones the server reported. Returns (rates, counts of the units measured)."""
@@ -37,9 +43,9 @@ def warehouse_rates(wh, cfg: Config, *, source: str) -> tuple[Rates, dict]:
 
     from corpusgraph.stages.extract.llm import extract_identity
 
-    fallback = Rates.configured(cfg.estimate, cfg.extract, cfg.reports)
-    _, phash, model = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.model)
-    counting = ExtractCounting.of(cfg)
+    fallback = Rates.configured(cost.estimate, cost.extract, cost.reports)
+    _, phash, model = extract_identity(cost.extract, prompt_path, cost.llm.model)
+    counting = ExtractCounting.of(cost, prompt_path)
     units = wh.read("text_units")
     ex = wh.read("extractions").where((F.col("prompt_hash") == phash) & (F.col("model") == model)
                                       & (F.col("status") != "llm_error")).join(units.select("unit_id"), "unit_id", "left_semi")
@@ -61,14 +67,14 @@ def warehouse_rates(wh, cfg: Config, *, source: str) -> tuple[Rates, dict]:
     )
     reps = wh.read("community_reports").where(F.col("status") != "llm_error")
     rep = reps.agg(F.count("*").alias("n"), F.avg("tokens_in").alias("tin"), F.avg("tokens_out").alias("tout")).first()
-    if rep["n"] and cfg.reports.per_domain:
+    if rep["n"] and cost.reports.per_domain:
         per_domain = wh.read("community_domain_reports").where(F.col("status") != "llm_error").count()
         rates.domain_reports_per_report = per_domain / rep["n"]
     if rep["n"] and n_ents:
         text_ratio = counts["text_tokens"] / counts["n_tokens"] if counts["n_tokens"] else 1.0
         rates.reports_per_entity = rep["n"] / n_ents
         rates.report_out_per_call = float(rep["tout"] or 0.0)
-        rates.report_context_tokens = max(0.0, (float(rep["tin"] or 0.0) / corr - _overhead(cfg, counting)) / text_ratio)
+        rates.report_context_tokens = max(0.0, (float(rep["tin"] or 0.0) / corr - _overhead(cost, prompt_path, counting)) / text_ratio)
     else:
         # No report to measure (e.g. a calibration sample whose communities are all too small):
         # the context is not a fixed share of the budget but what a report would be built from,
@@ -76,7 +82,7 @@ def warehouse_rates(wh, cfg: Config, *, source: str) -> tuple[Rates, dict]:
         # per reported community the rates imply, capped by the budget.
         per_entity = _context_tokens_per_entity(wh)
         if per_entity is not None and rates.reports_per_entity > 0:
-            rates.report_context_tokens = min(float(cfg.reports.max_input_tokens), per_entity / rates.reports_per_entity)
+            rates.report_context_tokens = min(float(cost.reports.max_input_tokens), per_entity / rates.reports_per_entity)
             rates.source += " (no report in it: report count and answer length from config, context from its entities)"
         else:
             rates.source += " (no report in it: report rates from config)"
@@ -103,12 +109,14 @@ def _context_tokens_per_entity(wh, limit: int = 2000) -> float | None:
     return total / len(ents)
 
 
-def estimate_warehouse(wh, cfg: Config) -> Estimate:
-    """What a full rebuild of the warehouse's live corpus would cost, at the rates it measured."""
+def estimate_warehouse(wh, cost: CostSections, prompt_path: PromptPath) -> Estimate:
+    """What a full rebuild of the warehouse's live corpus would cost, at the rates it measured.
+    wh: anything with `read(table)` (a Warehouse, or a step's declared tables)."""
     from pyspark.sql import functions as F
 
-    rates, _ = warehouse_rates(wh, cfg, source="measured on the warehouse")
-    counting = ExtractCounting.of(cfg)
+    rates, _ = warehouse_rates(wh, cost, prompt_path, source="measured on the warehouse")
+    counting = ExtractCounting.of(cost, prompt_path)
     counts = count_units(wh.read("text_units"), counting)
     docs = wh.read("documents").where(~F.col("deleted")).count()
-    return _priced(counts, rates, cfg, counting, documents=docs, tokenizer=" ".join(map(str, counting.spec[:2])))
+    return priced(counts, rates, cost, prompt_path, counting, documents=docs,
+                  tokenizer=" ".join(map(str, counting.spec[:2])))

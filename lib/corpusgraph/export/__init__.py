@@ -31,7 +31,7 @@ MANIFEST = "export.json"
 def run_export(warehouse: str, out_dir: str | Path, fmt: str, domains: Iterable[str] | None = None, *,
                neo4j_database: str = "neo4j", batch_rows: int | None = None, s3=None) -> dict:
     """Export the warehouse's current tables to out_dir in `fmt`; returns the manifest (also written).
-    s3: corpusgraph.storage.locations.S3Settings for a warehouse on S3 (None: the environment's settings)."""
+    s3: corpusgraph.config.S3Section for a warehouse on S3 (None: the environment's settings)."""
     from corpusgraph.export.source import BATCH_ROWS, Source, View
 
     if fmt not in FORMATS:

@@ -5,8 +5,8 @@ Nothing reads a table whole. A `View` makes a few passes over the id columns and
 access rules (query/access.py, the service's own functions) need to decide a row without its
 neighbours: every unit's domain, the visible entity and relationship ids, per-entity degree,
 each community's level and view parent, each entity's communities. All of it is O(units +
-entities + relationships + community memberships) small strings and ints; at 100k documents
-(194k units, 51k entities, 85k relationships, 163k memberships) that is well under 200 MB.
+entities + relationships + community memberships) small strings and ints (the exports' peak
+memory on a large index: tests/benchmarks/results/export.json).
 Descriptions, texts and id lists are only ever held one batch at a time, as the writers stream
 each table again and decide row by row.
 """
@@ -18,11 +18,12 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
+from corpusgraph.config import S3Section
 from corpusgraph.query.access import (community_visible, entity_visible, one_domain, parent_in_view,
                                       partial_view_community, relationship_visible)
 from corpusgraph.query.rows import report_shown
 from corpusgraph.query.store import IndexMissingError
-from corpusgraph.storage.locations import S3Settings, open_delta
+from corpusgraph.storage.locations import open_delta
 from corpusgraph.tables import table_path
 
 __all__ = ["Source", "View", "BATCH_ROWS"]
@@ -38,7 +39,7 @@ class Source:
     """Each table opened once, at its current version, so every pass over it reads the same rows.
     warehouse: a folder or URI; s3: how to reach one on S3 (None: the environment's settings)."""
 
-    def __init__(self, warehouse: str, batch_rows: int = BATCH_ROWS, s3: S3Settings | None = None):
+    def __init__(self, warehouse: str, batch_rows: int = BATCH_ROWS, s3: S3Section | None = None):
         self.warehouse = warehouse
         self.batch_rows = batch_rows
         self.s3 = s3

@@ -13,8 +13,8 @@ divide) has no children: it is a leaf.
 
 Engines: "native" (default) is Leiden compiled with numba over CSR arrays (graph/native.py);
 "igraph" is igraph's C implementation, driven the same way. Both optimise the same objective
-and give the same hierarchy structure; at 1M nodes / 5M edges the native one took 35 CPU s,
-igraph's 65 s and graspologic-native's 66 s (tests/benchmarks/results/leiden.json).
+and give the same hierarchy structure; the native one is the fastest of the three, igraph's
+and graspologic-native's included (tests/benchmarks/results/leiden.json).
 
 Speed (tests/benchmarks/test_leiden.py against graspologic-native): all the oversized
 communities of a level are split by ONE Leiden run over the disjoint union of their induced
@@ -246,9 +246,9 @@ def hierarchical_leiden(
     `edges` is (m, 2) integers in either direction, duplicates allowed; `weights` (m,) or
     None for 1.0 each. Isolated nodes each form their own level-0 community.
     `n_iterations` is passed to igraph for level 0: 2 (its default) rather than -1 ("until
-    stable"), which measured 20x slower on 200k nodes / 1M edges for a 0.0002 modularity gain;
+    stable"), which measured many times slower for a negligible modularity gain;
     `split_iterations` for the runs that split oversized communities (1: levels below 0 only
-    need to cut communities down to size, and a second pass cost 20% of the time there).
+    need to cut communities down to size, which a second pass adds time to and little else).
     Each level's run is seeded with `seed + level`. `on_level(n)`, when given, is called with
     the number of levels built so far once each level is complete (a progress bar; once a level).
     """

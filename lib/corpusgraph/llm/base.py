@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -89,18 +89,6 @@ class Usage:
     errors: int = 0
     usd: float = 0.0
     seconds: float = 0.0
-    extra: dict[str, int] = field(default_factory=dict)
-
-    def add_result(self, r: ChatResult, usd_per_1k_in: float = 0.0, usd_per_1k_out: float = 0.0) -> None:
-        if r.cached:
-            self.cache_hits += 1
-            return
-        self.calls += 1
-        self.tokens_in += r.tokens_in
-        self.tokens_out += r.tokens_out
-        self.usd += r.tokens_in / 1000 * usd_per_1k_in + r.tokens_out / 1000 * usd_per_1k_out
-        if r.error:
-            self.errors += 1
 
     def merge(self, other: "Usage") -> None:
         self.calls += other.calls

@@ -3,9 +3,8 @@ for a POST (429, 5xx, timeouts and dropped connections are retried, other 4xx ar
 backoff, reading a server's error and Retry-After, building the asynchronous client, and running a
 batch's event loop from blocking code.
 
-Chat and embedding requests go through aiohttp: per request it costs about a seventh of the CPU
-of httpx's AsyncClient (0.33-0.36 ms against 2.2-2.6 ms per POST, 8 in flight, against
-tests/support/fixed_latency_server.py on a 2-core machine), and at millions of calls the
+Chat and embedding requests go through aiohttp: per request it costs a fraction of the CPU of
+httpx's AsyncClient (tests/benchmarks/results/chat_client_cpu.json), and at millions of calls the
 client's CPU is what an LLM actor spends. The Batch API's few requests stay on httpx's
 synchronous client."""
 
@@ -130,7 +129,7 @@ def env_route(url: str, with_login: bool = True) -> tuple[Any, Any, Any]:
     """(proxy, proxy_auth, auth) that aiohttp's trust_env finds for `url`: HTTP(S)_PROXY and
     NO_PROXY, as under httpx before, and the host's .netrc login (with_login: only where no API
     key is sent). trust_env looks them up again for every request, reading .netrc twice in
-    worker threads each time (a tenth of an extraction actor's CPU at 100k documents); a
+    worker threads each time (a visible share of an extraction actor's CPU); a
     session talks to one endpoint, so once per session is enough. Environment changes reach
     the sessions made after them."""
     from aiohttp import helpers

@@ -11,7 +11,7 @@ Answers go through the same response cache as the HTTP backends, under the same 
 
 Status: vllm cannot be installed on the machines this project is built on (no GPU it supports,
 no model hub), so this backend is exercised only against a fake engine (request -> engine
-parameters, outputs -> results, cache, failures); tests/unit/test_vllm_engine.py also holds a
+parameters, outputs -> results, cache, failures); tests/unit/llm/test_vllm_engine.py also holds a
 test against the real engine that runs where vllm, CUDA and a local model are present.
 """
 

@@ -19,7 +19,7 @@ def open_query_engine(cfg: Config, base_url: str | None) -> QueryEngine:
     from corpusgraph.query.store import IndexStore
     from corpusgraph.storage.vectors import available_kinds
 
-    s3 = cfg.storage.s3.settings()  # the warehouse and index_dir may be on S3
+    s3 = cfg.storage.s3  # the warehouse and index_dir may be on S3
     store = IndexStore(cfg.storage.warehouse, cfg.storage.index_dir, s3=s3)
     # Questions must be embedded by the backend and model that built the index.
     for kind in available_kinds(cfg.storage.index_dir, s3):

@@ -1,6 +1,6 @@
 """The rows the query side reads, typed per table, each missing value given one meaning.
 
-The columns are the table contracts' (tables.py; tests/unit/test_query.py checks that these
+The columns are the table contracts' (tables.py; tests/unit/query/test_query.py checks that these
 types name exactly those columns). A null is filled at load where the contract gives it one
 meaning, so no reader guesses a default of its own:
 

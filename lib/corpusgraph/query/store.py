@@ -19,9 +19,10 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from corpusgraph.config import S3Section
 from corpusgraph.query.columns import CsrMap, Rows, UnitDomains
 from corpusgraph.query.rows import FILL, KEYS, DomainReportRow, filled, report_shown
-from corpusgraph.storage.locations import S3Settings, open_delta
+from corpusgraph.storage.locations import open_delta
 from corpusgraph.tables import table as table_contract
 from corpusgraph.tables import table_path
 from corpusgraph.text import normalise_name
@@ -44,7 +45,7 @@ class IndexMissingError(FileNotFoundError):
     """A table or vector index the queries need is not there (the index was not built)."""
 
 
-def _read_table(warehouse: str, name: str, columns: list[str] | None = None, s3: S3Settings | None = None):
+def _read_table(warehouse: str, name: str, columns: list[str] | None = None, s3: S3Section | None = None):
     """The table as one Arrow table (delta-rs, no JVM)."""
     from deltalake.exceptions import TableNotFoundError
 
@@ -95,7 +96,7 @@ class StoreTables:
     vectors: Callable[[str], Any] | None = None  # kind -> vector index; None: the FAISS files in index_dir
 
     @classmethod
-    def read(cls, warehouse: str, s3: S3Settings | None = None) -> StoreTables:
+    def read(cls, warehouse: str, s3: S3Section | None = None) -> StoreTables:
         """The query tables of a warehouse (delta-rs, no JVM)."""
         def optional(name: str):
             try:
@@ -169,7 +170,7 @@ class IndexStore:
     """
 
     def __init__(self, warehouse: str = "", index_dir: str = "", *, load_vectors: bool = True,
-                 s3: S3Settings | None = None, tables: StoreTables | None = None):
+                 s3: S3Section | None = None, tables: StoreTables | None = None):
         self.warehouse = warehouse
         self.index_dir = index_dir
         self.s3 = s3

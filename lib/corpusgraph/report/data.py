@@ -13,7 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from corpusgraph.storage.locations import S3Settings, open_delta
+from corpusgraph.config import S3Section
+from corpusgraph.storage.locations import open_delta
 from corpusgraph.tables import TABLES, table_path
 
 __all__ = ["ReportData", "load_report_data", "stage_rows", "estimate_vs_actual", "hierarchy",
@@ -44,7 +45,7 @@ class ReportData:
     quarantine_examples: list[dict] = field(default_factory=list)
 
 
-def _read(warehouse: str, name: str, columns: list[str] | None = None, s3: S3Settings | None = None):
+def _read(warehouse: str, name: str, columns: list[str] | None = None, s3: S3Section | None = None):
     """(pyarrow table, version) or (None, None) when the table does not exist."""
     from deltalake.exceptions import TableNotFoundError
 
@@ -67,7 +68,7 @@ def _stage_counts(text: str | None) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def load_report_data(warehouse: str, s3: S3Settings | None = None) -> ReportData:
+def load_report_data(warehouse: str, s3: S3Section | None = None) -> ReportData:
     """Read what the report needs; only the columns it uses, aggregated as they are read.
     s3: how to reach a warehouse on S3 (None: the environment's settings)."""
     import pyarrow.compute as pc

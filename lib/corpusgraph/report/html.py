@@ -323,7 +323,7 @@ def build_page(data: ReportData, plotly_js: str | None = None) -> str:
 
 
 def write_report(warehouse: str, out_dir: str | Path, s3=None) -> Path:
-    """Read the warehouse and write DIR/index.html; returns its path. s3: corpusgraph.storage.locations.S3Settings
+    """Read the warehouse and write DIR/index.html; returns its path. s3: corpusgraph.config.S3Section
     for a warehouse on S3 (None: the environment's settings)."""
     data = load_report_data(warehouse, s3)
     if not any(v is not None for v in data.tables.values()):

@@ -9,15 +9,21 @@ The command line prints the estimate and draws its chart (estimate/view.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from corpusgraph.config import Config
 from corpusgraph.estimate.count import ExtractCounting
-from corpusgraph.estimate.model import Estimate, Rates
-from corpusgraph.estimate.rates import _priced, warehouse_rates
+from corpusgraph.estimate.model import CostSections, Estimate, Rates
+from corpusgraph.estimate.rates import priced, warehouse_rates
 
-__all__ = ["calibrate", "run_estimate"]
+__all__ = ["calibrate", "run_estimate", "cost_sections"]
+
+
+def cost_sections(cfg: Config) -> CostSections:
+    """The sections of the root config that the cost model reads, by their names."""
+    return CostSections(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(CostSections)})
 
 
 def _scratch_cfg(cfg: Config, folder: Path) -> Config:
@@ -41,7 +47,7 @@ def calibrate(cfg: Config, spark, text_units, n: int, folder: Path) -> Rates:
     ctx.wh.overwrite("text_units", text_units.orderBy(order).limit(n))
     ctx.log(f"calibrating on {n} sampled units with the real model ({cfg.llm.model})")
     results = run_pipeline(ctx, "calibrate")
-    rates, _ = warehouse_rates(ctx.wh, cfg, source=f"calibrated on {n} units")
+    rates, _ = warehouse_rates(ctx.wh, cost_sections(cfg), cfg.prompt_path, source=f"calibrated on {n} units")
     # Resolve's LLM calls (adjudications, description summaries) leave no per-call rows in the
     # warehouse; the sample run's own accounting measures them. A sample that made none leaves the
     # config's per-entity rates in place: no call on a few units is no rate for the corpus.
@@ -63,29 +69,29 @@ def run_estimate(cfg: Config, spark, *, calibrate_n: int = 0, out_dir: str | Pat
 
     from corpusgraph.estimate.sample import count_prompt_tokens
     from corpusgraph.runner.pipeline import run_pipeline
-    from corpusgraph.runner.run import RunContext
+    from corpusgraph.runner.run import RunContext, new_run_id
     from corpusgraph.storage.warehouse import Warehouse
 
     base = Path(cfg.estimate.scratch_dir or Path(cfg.storage.cache_dir) / "estimate").resolve()
-    ctx = RunContext(cfg, spark, kind="estimate")  # only for its run id; writes nothing
-    work = base / ctx.run_id
+    run_id = new_run_id("estimate")  # the scratch run's, and the id of the one row in the real warehouse
+    work = base / run_id
     started = datetime.now(timezone.utc)
-    sctx = RunContext(_scratch_cfg(cfg, work / "corpus"), spark, kind="estimate")
-    sctx.run_id = ctx.run_id
+    sctx = RunContext(_scratch_cfg(cfg, work / "corpus"), spark, kind="estimate", run_id=run_id)
     results = run_pipeline(sctx, "estimate")
     units = sctx.wh.read("text_units")
-    counting = ExtractCounting.of(cfg)
+    cost = cost_sections(cfg)
+    counting = ExtractCounting.of(cost, cfg.prompt_path)
     counts, sampling = count_prompt_tokens(units, counting, cfg.estimate.calibrate_seed, sample_units)
     rates = calibrate(cfg, spark, units, calibrate_n, work / "calibration") if calibrate_n > 0 else \
         Rates.configured(cfg.estimate, cfg.extract, cfg.reports)
-    est = _priced(counts, rates, cfg, counting, documents=results["ingest"].rows["documents"],
-                  tokenizer=f"{counting.spec[0]} {Path(counting.spec[1]).name}")
+    est = priced(counts, rates, cost, cfg.prompt_path, counting, documents=results["ingest"].rows["documents"],
+                 tokenizer=f"{counting.spec[0]} {Path(counting.spec[1]).name}")
     est.sampling = sampling
     out = Path(out_dir).resolve() if out_dir else work
     out.mkdir(parents=True, exist_ok=True)
     (out / "estimate.json").write_text(json.dumps(est.to_dict(), indent=2, sort_keys=True))
     # One row in the real warehouse's `runs` table; nothing else there is touched.
     Warehouse(spark, cfg.storage.warehouse).upsert_records("runs", [dict(
-        run_id=ctx.run_id, kind="estimate", config_hash=cfg.fingerprint(), started=started,
+        run_id=run_id, kind="estimate", config_hash=cfg.fingerprint(), started=started,
         finished=datetime.now(timezone.utc), status="ok", stage_counts=json.dumps(est.to_dict(), sort_keys=True))])
     return est, out

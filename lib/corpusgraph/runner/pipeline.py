@@ -67,11 +67,8 @@ def run_index(ctx: RunContext, stages: list[str] | None = None) -> dict[str, Sta
 
 
 def run_update(ctx: RunContext) -> dict[str, StageResult]:
-    """Run pipeline `update` (what each of its steps redoes: runner/steps/update.py), its cost
-    step pricing a full rebuild at the warehouse's own rates (estimate/rates.py)."""
-    from corpusgraph.estimate.rates import estimate_warehouse
-
-    ctx.services.setdefault("price_rebuild", lambda tables: estimate_warehouse(tables, ctx.cfg))
+    """Pipeline `update` (what each of its steps redoes: runner/steps/update.py), its cost step
+    pricing a full rebuild at the warehouse's own rates (estimate/rates.py)."""
     return run_pipeline(ctx, "update")
 
 

@@ -3,8 +3,8 @@ fed from the driver.
 
 A bar has a stage, a unit (documents, text units, LLM calls, communities, vectors, Spark tasks)
 and a total. On an interactive terminal it is a tqdm bar (done/total, rate, ETA); anywhere else
-(a CI log, spark-submit, a file) it is one plain line every `interval_s` seconds (15 by default,
-CORPUSGRAPH_PROGRESS_INTERVAL_S overrides) and one when the bar closes:
+(a CI log, spark-submit, a file) it is one plain line every `interval_s` seconds (15 by default;
+the CLI passes CORPUSGRAPH_PROGRESS_INTERVAL_S to `configure`) and one when the bar closes:
 
     [corpusgraph] extract: 120/400 text units (30%), 2.4 text units/s, ETA 1m57s
     [corpusgraph] extract: 400/400 text units (100%), 2.4 text units/s, done in 2m47s
@@ -41,7 +41,7 @@ class _Settings:
     verbose: bool = False
     stream: TextIO | None = None  # None: sys.stderr at the time of use
     interactive: bool | None = None  # None: the stream is a TTY
-    interval_s: float | None = None  # None: CORPUSGRAPH_PROGRESS_INTERVAL_S, else 15 s
+    interval_s: float = _DEFAULT_INTERVAL_S
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ _tqdm_open = 0  # terminal bars open now: log lines go above them (write)
 
 def configure(*, verbose: bool | None = None, stream: TextIO | None = None, interactive: bool | None = None,
               interval_s: float | None = None) -> None:
-    """Process-wide settings (the CLI calls this once); arguments left None keep their value."""
+    """Process-wide settings (the CLI calls this once); arguments left None keep their value.
+    interval_s: seconds between two plain lines of one bar; not above 0 means the default."""
     if verbose is not None:
         _settings.verbose = verbose
     if stream is not None:
@@ -69,7 +70,7 @@ def configure(*, verbose: bool | None = None, stream: TextIO | None = None, inte
     if interactive is not None:
         _settings.interactive = interactive
     if interval_s is not None:
-        _settings.interval_s = interval_s
+        _settings.interval_s = interval_s if interval_s > 0 else _DEFAULT_INTERVAL_S
 
 
 def verbose() -> bool:
@@ -79,14 +80,7 @@ def verbose() -> bool:
 
 def interval_s() -> float:
     """Seconds between two plain progress lines of one bar in a non-interactive log."""
-    if _settings.interval_s is not None:
-        return _settings.interval_s
-    raw = os.environ.get("CORPUSGRAPH_PROGRESS_INTERVAL_S")
-    try:
-        value = float(raw) if raw else _DEFAULT_INTERVAL_S
-    except ValueError:
-        value = _DEFAULT_INTERVAL_S
-    return value if value > 0 else _DEFAULT_INTERVAL_S
+    return _settings.interval_s
 
 
 def _stream() -> TextIO:

@@ -87,7 +87,7 @@ def stages() -> dict[str, Stage]:
         Stage("embed", embed_step.embed, ("embeddings", "ray", "storage"),
               reads=("text_units", "entities", "community_reports", "documents"), writes=("embeddings",)),
         # Reads what a full rebuild's price is measured from (estimate/rates.py's warehouse rates).
-        Stage("cost", update_steps.cost, ("update",),
+        Stage("cost", update_steps.cost, ("update", "extract", "resolve", "reports", "embeddings", "llm", "estimate"),
               reads=("text_units", "extractions", "entities", "relationships", "community_reports",
                      "community_domain_reports", "documents")),
     ])

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, TextIO
+from typing import Mapping, TextIO
 
 from corpusgraph.config import Config
 from corpusgraph.llm.base import Usage
@@ -17,7 +17,7 @@ from corpusgraph.runner import progress
 from corpusgraph.storage import locations as storage
 from corpusgraph.storage.warehouse import Warehouse
 
-__all__ = ["RunContext", "StageContext", "StageResult", "StageTables"]
+__all__ = ["RunContext", "StageContext", "StageResult", "StageTables", "new_run_id"]
 
 
 @dataclass
@@ -31,32 +31,35 @@ class StageResult:
     driver_collected_bytes: int = 0
 
 
+def new_run_id(kind: str) -> str:
+    """A run's id: its kind, the UTC start second and a random suffix."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{kind}-{stamp}-{secrets.token_hex(3)}"
+
+
 class RunContext:
     """One run: config, Spark, the warehouse, the run's id and hand-off folders, the chat endpoint
     (its embedded server started on first use), and the results of the stages run so far.
 
     The runner hands each stage a StageContext cut from it (`stage`), not the run itself."""
 
-    def __init__(self, cfg: Config, spark, *, kind: str = "index", out: TextIO = sys.stderr):
+    def __init__(self, cfg: Config, spark, *, kind: str = "index", out: TextIO = sys.stderr,
+                 run_id: str | None = None):
         self.cfg, self.spark, self.kind, self.out = cfg, spark, kind, out
         self.wh = Warehouse(spark, cfg.storage.warehouse)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-        self.run_id = f"{kind}-{stamp}-{secrets.token_hex(3)}"
+        self.run_id = run_id or new_run_id(kind)
         # This machine's local cache folder; the actors of other nodes open their own (node_path).
         self.cache_dir = Path(storage.node_path(cfg.storage.cache_dir))
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         # Where hand-off files and durable LLM progress go: a folder or URI every node reaches.
         shared = cfg.storage.shared_dir()
         self.shared_dir = storage.node_path(shared) if storage.is_local(shared) else shared
-        self.s3 = cfg.storage.s3.settings()
+        self.s3 = cfg.storage.s3
         # Progress folders of the running stage, removed once it has committed (finish_stage).
         self.progress_dirs: list[str] = []
         self.results: dict[str, StageResult] = {}
         self.collected_bytes = 0  # brought to the driver by the running stage (see note_collected)
         self.endpoint = ChatEndpoint(cfg.llm, self.cache_dir / "embedded-server.log", log=self.log)
-        # Callables a stage needs from outside the registry's import reach, by name (update's
-        # cost step: "price_rebuild", given by update.run_update).
-        self.services: dict[str, Callable] = {}
 
     def note_collected(self, nbytes: int) -> None:
         """Count bytes a step brought into the driver process; the runner puts the stage's total
@@ -95,7 +98,7 @@ class RunContext:
         self.endpoint.close()
 
     def stage(self, name: str, *, reads=(), writes=()) -> "StageContext":
-        """What the stage recorded as `name` is handed: the tables it declares, the run's services."""
+        """What the stage recorded as `name` is handed: the tables it declares, and the run."""
         return StageContext(self, name, StageTables(self.wh, name, reads, writes))
 
 
@@ -168,10 +171,3 @@ class StageContext:
 
     def prompt_path(self, relative: str) -> Path:
         return self._run.cfg.prompt_path(relative)
-
-    def service(self, name: str) -> Callable:
-        try:
-            return self._run.services[name]
-        except KeyError:
-            raise LookupError(f"stage {self.name!r} needs the run service {name!r}, which this run was not "
-                              f"given (known: {sorted(self._run.services)})") from None

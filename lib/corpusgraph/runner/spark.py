@@ -52,12 +52,12 @@ def build_spark(section: SparkSection, *, set_master: bool = True, local_dirs: s
     """
     from pyspark.sql import SparkSession
 
-    from corpusgraph.storage.locations import spark_hadoop_conf
+    from corpusgraph.storage.locations import spark_hadoop_conf, uses_s3
 
     if _ACTIVE_SESSION_ONLY:
         return SparkSession.builder.getOrCreate()
 
-    derived = spark_hadoop_conf(storage.s3.settings()) if storage is not None and storage.uses_s3() else {}
+    derived = spark_hadoop_conf(storage.s3) if storage is not None and uses_s3(storage) else {}
     builder = (
         SparkSession.builder.appName(section.app_name)
         .config("spark.jars", ",".join(jar_paths(section.jars_dir, s3a=bool(derived) or _uses_s3a(section))))

@@ -251,14 +251,6 @@ class S3Section(Section):
     def _hide_secret(self, value: SecretStr | None):
         return None if value is None else "**********"
 
-    def settings(self):
-        """The same settings as corpusgraph.storage.locations takes them."""
-        from corpusgraph.storage.locations import S3Settings
-
-        return S3Settings(endpoint=self.endpoint, region=self.region, access_key=self.access_key,
-                          secret_key=self.secret_key.get_secret_value() if self.secret_key else None,
-                          path_style=self.path_style)
-
 
 class StorageSection(Section):
     warehouse: str = Field("work/warehouse", description="Folder or URI (s3a://, s3://, abfss://, gs://, dbfs:/) "
@@ -281,10 +273,3 @@ class StorageSection(Section):
 
     def locations(self) -> list[str]:
         return [self.warehouse, self.index_dir, self.shared_dir()]
-
-    def uses_s3(self) -> bool:
-        """Whether this run reaches an S3 store (Spark then needs the s3a connector): a location
-        here is on S3, or storage.s3 names an endpoint or keys (for inputs read from S3)."""
-        from corpusgraph.storage.locations import parse
-
-        return bool(self.s3.endpoint or self.s3.access_key) or any(parse(loc).is_s3 for loc in self.locations())

@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from corpusgraph.config import CommunitiesSection
 
-__all__ = ["encode_graph", "detect", "membership_table", "kept_membership", "communities_from_membership",
-           "MEMBERSHIP_SCHEMA"]
+__all__ = ["encode_graph", "detect", "membership_table", "level_summary", "kept_membership", "extend_or_detect",
+           "communities_from_membership", "MEMBERSHIP_SCHEMA"]
 
 MEMBERSHIP_SCHEMA = pa.schema(
     [
@@ -97,6 +97,20 @@ def membership_table(groups) -> pa.Table:
     return pa.table(rows, schema=MEMBERSHIP_SCHEMA)
 
 
+def level_summary(membership: pa.Table) -> dict[int, tuple[int, float | None]]:
+    """level -> (communities, modularity) of membership rows: what their communities rows hold
+    (communities_from_membership keeps one level and modularity per community)."""
+    out: dict[int, tuple[int, float | None]] = {}
+    seen: set[str] = set()
+    for cid, level, q in zip(*(membership.column(c).to_pylist() for c in ("community_id", "level", "modularity"))):
+        if cid in seen:
+            continue
+        seen.add(cid)
+        n, first = out.get(level, (0, None if q is None or q != q else q))  # NaN: a level with no edges to score
+        out[level] = (n + 1, first)
+    return out
+
+
 def kept_membership(ids: list[str], labels: list[np.ndarray], parents: list[np.ndarray],
                     versions: dict[int, str], recorded: dict[int, float]) -> pa.Table:
     """Membership rows of a hierarchy kept by an update (graph/extend.py): labels[L][i] is node
@@ -112,6 +126,37 @@ def kept_membership(ids: list[str], labels: list[np.ndarray], parents: list[np.n
             groups.append((lv, sorted(ids[i] for i in order[sorted_lab == k]), parent, versions.get(lv, ""),
                            recorded.get(lv, float("nan"))))
     return membership_table(groups)
+
+
+def extend_or_detect(ids: list[str], a: np.ndarray, b: np.ndarray, w: np.ndarray, old_rows: list[dict],
+                     section: CommunitiesSection, redetect_drift: float) -> tuple[pa.Table, dict]:
+    """An update's communities: the stored partition (`old_rows`: communities rows with at least
+    community_id, level, parent_id, entity_ids, graph_version, modularity) extended to the new
+    nodes level by level (graph/extend.py), kept while its modularity on the new graph is within
+    `redetect_drift` (relative loss) of the one recorded at detection, else detected in full.
+    (membership rows, what was decided: entities, new_nodes, redetected, modularity_recorded,
+    modularity_extended, drift)."""
+    from corpusgraph.graph.extend import extend_partition, modularity, old_partition
+    from corpusgraph.graph.leiden import normalise_edges
+
+    old = old_partition(ids, old_rows)
+    edges, weights = normalise_edges(len(ids), np.stack([a, b], axis=1).astype(np.int64) if len(a) else
+                                     np.zeros((0, 2), np.int64), w)
+    q_rec = old.recorded.get(0, float("nan"))
+    redetect, q_ext, drift = True, float("nan"), float("nan")
+    if old.labels and len(ids) and np.isfinite(q_rec) and q_rec > 0:
+        labels, parents = extend_partition(len(ids), edges, weights, old)
+        q_ext = modularity(len(ids), edges, weights, labels[0])
+        drift = (q_rec - q_ext) / q_rec if np.isfinite(q_ext) else float("inf")
+        redetect = not drift <= redetect_drift
+    if redetect:
+        membership = detect(ids, a, b, w, section)
+    else:
+        membership = kept_membership(ids, labels, parents, old.versions, old.recorded)
+    decided = {"entities": len(ids), "new_nodes": int((old.labels[0] < 0).sum()) if old.labels else len(ids),
+               "redetected": int(redetect), "modularity_recorded": q_rec, "modularity_extended": q_ext,
+               "drift": drift}
+    return membership, decided
 
 
 def communities_from_membership(membership, entities, relationships):

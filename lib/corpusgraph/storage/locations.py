@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-__all__ = ["S3Settings", "Location", "parse", "spark_hadoop_conf", "delta_storage_options",
+from corpusgraph.config import S3Section, StorageSection
+
+__all__ = ["Location", "parse", "uses_s3", "spark_hadoop_conf", "delta_storage_options",
            "delta_uri", "arrow_filesystem", "join", "is_local", "local_path", "node_path", "remove_tree",
            "spark_uri", "open_delta", "list_files", "download", "upload"]
 
@@ -27,19 +29,15 @@ S3_SCHEMES = ("s3a", "s3")
 SCHEMES = (*S3_SCHEMES, "gs", "abfss", "dbfs", "file")
 
 
-@dataclass(frozen=True)
-class S3Settings:
-    """How to reach an S3 store. The defaults mean AWS itself, with credentials from the environment."""
+def _ssl(s3: S3Section) -> bool:
+    return not (s3.endpoint or "").startswith("http://")
 
-    endpoint: str | None = None  # e.g. http://127.0.0.1:9000 for a server that is not AWS
-    region: str = "us-east-1"
-    access_key: str | None = None
-    secret_key: str | None = None
-    path_style: bool = False  # bucket in the path, not the host name: what servers on localhost need
 
-    @property
-    def ssl(self) -> bool:
-        return not (self.endpoint or "").startswith("http://")
+def _keys(s3: S3Section) -> tuple[str, str] | None:
+    """(access key, secret key) when the section names both; None: the environment's."""
+    if s3.access_key and s3.secret_key:
+        return s3.access_key, s3.secret_key.get_secret_value()
+    return None
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,13 @@ def parse(location: str) -> Location:
     return Location(scheme, url.netloc, url.path.lstrip("/"))
 
 
-def spark_hadoop_conf(s3: S3Settings) -> dict[str, str]:
+def uses_s3(storage: StorageSection) -> bool:
+    """Whether a run reaches an S3 store (Spark then needs the s3a connector): a location of the
+    section is on S3, or its s3 names an endpoint or keys (for inputs read from S3)."""
+    return bool(storage.s3.endpoint or storage.s3.access_key) or any(parse(loc).is_s3 for loc in storage.locations())
+
+
+def spark_hadoop_conf(s3: S3Section) -> dict[str, str]:
     """Spark settings that point Hadoop's s3a connector (and s3:// paths) at the store.
 
     Without keys, the connector's default chain (environment, instance profile) finds them.
@@ -86,18 +90,17 @@ def spark_hadoop_conf(s3: S3Settings) -> dict[str, str]:
         "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
         prefix + "endpoint.region": s3.region,
         prefix + "path.style.access": str(s3.path_style).lower(),
-        prefix + "connection.ssl.enabled": str(s3.ssl).lower(),
+        prefix + "connection.ssl.enabled": str(_ssl(s3)).lower(),
     }
     if s3.endpoint:
         conf[prefix + "endpoint"] = s3.endpoint
-    if s3.access_key and s3.secret_key:
+    if keys := _keys(s3):
         conf[prefix + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
-        conf[prefix + "access.key"] = s3.access_key
-        conf[prefix + "secret.key"] = s3.secret_key
+        conf[prefix + "access.key"], conf[prefix + "secret.key"] = keys
     return conf
 
 
-def delta_storage_options(location: str, s3: S3Settings | None = None) -> dict[str, str]:
+def delta_storage_options(location: str, s3: S3Section | None = None) -> dict[str, str]:
     """delta-rs storage options for reading a table at location (empty where none are needed)."""
     loc = parse(location)
     if not loc.is_s3 or s3 is None:
@@ -105,11 +108,10 @@ def delta_storage_options(location: str, s3: S3Settings | None = None) -> dict[s
     opts = {"AWS_REGION": s3.region, "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": str(not s3.path_style).lower()}
     if s3.endpoint:
         opts["AWS_ENDPOINT_URL"] = s3.endpoint
-        if not s3.ssl:
+        if not _ssl(s3):
             opts["AWS_ALLOW_HTTP"] = "true"
-    if s3.access_key and s3.secret_key:
-        opts["AWS_ACCESS_KEY_ID"] = s3.access_key
-        opts["AWS_SECRET_ACCESS_KEY"] = s3.secret_key
+    if keys := _keys(s3):
+        opts["AWS_ACCESS_KEY_ID"], opts["AWS_SECRET_ACCESS_KEY"] = keys
     return opts
 
 
@@ -126,7 +128,7 @@ def delta_uri(location: str) -> str:
     return location
 
 
-def arrow_filesystem(location: str, s3: S3Settings | None = None, *, create_buckets: bool = False):
+def arrow_filesystem(location: str, s3: S3Section | None = None, *, create_buckets: bool = False):
     """A pyarrow filesystem and the path inside it for location.
 
     create_buckets: S3 only; lets create_dir make a bucket (off by default, as in pyarrow).
@@ -135,14 +137,14 @@ def arrow_filesystem(location: str, s3: S3Settings | None = None, *, create_buck
 
     loc = parse(location)
     if loc.is_s3:
-        s3 = s3 or S3Settings()
+        s3 = s3 or S3Section()
         kwargs = {"region": s3.region, "force_virtual_addressing": not s3.path_style,
                   "allow_bucket_creation": create_buckets}
         if s3.endpoint:
             url = urlparse(s3.endpoint)
             kwargs.update(endpoint_override=url.netloc, scheme=url.scheme or "https")
-        if s3.access_key and s3.secret_key:
-            kwargs.update(access_key=s3.access_key, secret_key=s3.secret_key)
+        if keys := _keys(s3):
+            kwargs.update(access_key=keys[0], secret_key=keys[1])
         return fs.S3FileSystem(**kwargs), f"{loc.authority}/{loc.path}".rstrip("/")
     if loc.scheme == "gs":
         return fs.GcsFileSystem(), f"{loc.authority}/{loc.path}".rstrip("/")
@@ -186,7 +188,7 @@ def node_path(template: str) -> str:
     return str(Path(os.path.expandvars(str(template))).resolve())
 
 
-def remove_tree(location: str, s3: S3Settings | None = None) -> None:
+def remove_tree(location: str, s3: S3Section | None = None) -> None:
     """Delete a folder (or prefix) and everything under it; nothing when it is not there."""
     from pyarrow import fs as pafs
 
@@ -203,7 +205,7 @@ def remove_tree(location: str, s3: S3Settings | None = None) -> None:
 
 # -- JVM-free readers and writers: a Delta table opened by delta-rs, whole files through pyarrow --
 
-def open_delta(location: str, s3: S3Settings | None = None, **kwargs):
+def open_delta(location: str, s3: S3Section | None = None, **kwargs):
     """deltalake's DeltaTable for the table at location (a folder or a URI), with the storage
     options its store needs; kwargs go to DeltaTable (version=...). TableNotFoundError as delta-rs
     raises it.
@@ -213,12 +215,12 @@ def open_delta(location: str, s3: S3Settings | None = None, **kwargs):
     defaults promise; the defaults' region and addressing would otherwise override those."""
     from deltalake import DeltaTable
 
-    if s3 == S3Settings():
+    if s3 == S3Section():
         s3 = None
     return DeltaTable(delta_uri(location), storage_options=delta_storage_options(location, s3) or None, **kwargs)
 
 
-def list_files(location: str, s3: S3Settings | None = None) -> list[str]:
+def list_files(location: str, s3: S3Section | None = None) -> list[str]:
     """Names of the files directly under a folder or prefix, sorted; [] when it is not there."""
     from pyarrow import fs as pafs
 
@@ -227,7 +229,7 @@ def list_files(location: str, s3: S3Settings | None = None) -> list[str]:
     return sorted(info.base_name for info in found if info.type == pafs.FileType.File)
 
 
-def download(location: str, local: str | os.PathLike[str], s3: S3Settings | None = None) -> None:
+def download(location: str, local: str | os.PathLike[str], s3: S3Section | None = None) -> None:
     """Copy one file from location to a local path (its folder must exist). FileNotFoundError when
     location is not there."""
     from pyarrow import fs as pafs
@@ -239,7 +241,7 @@ def download(location: str, local: str | os.PathLike[str], s3: S3Settings | None
                     destination_filesystem=pafs.LocalFileSystem())
 
 
-def upload(local: str | os.PathLike[str], location: str, s3: S3Settings | None = None) -> None:
+def upload(local: str | os.PathLike[str], location: str, s3: S3Section | None = None) -> None:
     """Copy one local file to location, replacing what is there. An object store shows a reader
     the old object or the new one, never a part."""
     from pyarrow import fs as pafs

@@ -25,6 +25,7 @@ import uuid
 
 import pyarrow as pa
 
+from corpusgraph.config import S3Section
 from corpusgraph.storage import locations as storage
 
 __all__ = ["UNIT", "ATTEMPT", "WRITTEN", "COLUMNS", "ShardSink", "fingerprint", "split_keys"]
@@ -86,7 +87,7 @@ class ShardSink:
     thread writes into it) and each shard's sequence number are taken under a lock.
     """
 
-    def __init__(self, folder: str, s3: storage.S3Settings | None, attempt: str):
+    def __init__(self, folder: str, s3: S3Section | None, attempt: str):
         self.folder, self.s3, self.attempt = folder, s3, attempt
         self._fs = None
         self._prefix = uuid.uuid4().hex[:12]  # this actor's (a new one per process, see __setstate__)

@@ -26,8 +26,9 @@ from typing import Sequence
 import faiss
 import numpy as np
 
+from corpusgraph.config import S3Section
 from corpusgraph.storage.ann import IndexParams, apply_search_params, build_index
-from corpusgraph.storage.locations import S3Settings, download, is_local, join, list_files, local_path, upload
+from corpusgraph.storage.locations import download, is_local, join, list_files, local_path, upload
 
 __all__ = ["VectorIndex", "available_kinds", "write_index", "publish_index"]
 
@@ -102,7 +103,7 @@ def write_index(
     return faiss_path
 
 
-def available_kinds(index_dir: str | os.PathLike[str], s3: S3Settings | None = None) -> list[str]:
+def available_kinds(index_dir: str | os.PathLike[str], s3: S3Section | None = None) -> list[str]:
     """Kinds with both files present under `index_dir` (a folder or a URI), sorted; [] if it does
     not exist. s3: how to reach an s3:// or s3a:// index_dir (None: from the environment)."""
     names = set(list_files(str(index_dir), s3))
@@ -110,7 +111,7 @@ def available_kinds(index_dir: str | os.PathLike[str], s3: S3Settings | None = N
     return sorted(k for k in kinds if _KIND.match(k) and f"{k}.meta.json" in names)
 
 
-def publish_index(local_dir: str | os.PathLike[str], index_dir: str, kind: str, s3: S3Settings | None = None) -> None:
+def publish_index(local_dir: str | os.PathLike[str], index_dir: str, kind: str, s3: S3Section | None = None) -> None:
     """Copy one kind's files, written by write_index under local_dir, to index_dir (a URI): the
     vectors first, then the meta that describes them, as write_index orders them."""
     for path in _paths(Path(local_dir), kind):
@@ -135,7 +136,7 @@ class VectorIndex:
         self._rows: dict[str, int] | None = None  # id -> row, built by the first `vectors` call
 
     @classmethod
-    def load(cls, index_dir: str | os.PathLike[str], kind: str, s3: S3Settings | None = None) -> "VectorIndex":
+    def load(cls, index_dir: str | os.PathLike[str], kind: str, s3: S3Section | None = None) -> "VectorIndex":
         """One kind from `index_dir`: a local folder, or a URI whose two files are copied to a
         temporary local folder first (FAISS reads files), which is removed once they are loaded."""
         if is_local(str(index_dir)):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Sequence
 
 from corpusgraph.tables import TABLES, spark_schema, table, table_path
 
-__all__ = ["Warehouse"]
+__all__ = ["Warehouse", "conform"]
 
 
 class Warehouse:
@@ -46,23 +47,36 @@ class Warehouse:
         return self.spark.read.format("delta").load(self.path(name))
 
     def conform(self, name: str, df):
-        """The frame with exactly the table's columns, in order and declared types; a clear error
-        when a column is missing (a stage bug, caught before anything is written)."""
-        from pyspark.sql import functions as F
+        return conform(name, df)
 
-        schema = spark_schema(name)
-        missing = [f.name for f in schema if f.name not in df.columns]
-        if missing:
-            raise ValueError(f"output for table {name!r} lacks columns {missing}; it has {df.columns}")
-        return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema])
+    def overwrite(self, name: str, df, *, replace_schema: bool = False) -> int:
+        """Replace the table with `df`; returns its rows now. replace_schema: the table takes the
+        declared schema even where its stored one differs (a warehouse made before a column was
+        added to the table's contract).
 
-    def overwrite(self, name: str, df, *, replace_schema: bool = False) -> None:
-        """replace_schema: the table takes the declared schema even where its stored one differs
-        (a warehouse made before a column was added to the table's contract)."""
-        writer = self.conform(name, df).write.format("delta").mode("overwrite")
+        The count is the commit's own (its operationMetrics.numOutputRows, found by a tag the
+        write leaves in the commit's userMetadata), so a step need not read back what it wrote;
+        where the log cannot be read without Spark (a URI) the table is counted."""
+        tag = f"corpusgraph-overwrite-{uuid.uuid4().hex}"
+        writer = self.conform(name, df).write.format("delta").mode("overwrite").option("userMetadata", tag)
         if replace_schema:
             writer = writer.option("overwriteSchema", "true")
         writer.save(self.path(name))
+        written = self._rows_written(name, tag)
+        return written if written is not None else self.read(name).count()
+
+    def _rows_written(self, name: str, tag: str) -> int | None:
+        """numOutputRows of the commit tagged `tag` among the table's last few (delta-rs reads
+        the log's JSON, no Spark job); None when it is not there or says nothing."""
+        if not self.local:
+            return None
+        from deltalake import DeltaTable as RsTable
+
+        for commit in RsTable(self.path(name)).history(5):
+            if commit.get("userMetadata") == tag:
+                rows = (commit.get("operationMetrics") or {}).get("numOutputRows")
+                return int(rows) if rows is not None else None
+        return None
 
     def append(self, name: str, df) -> None:
         self.conform(name, df).write.format("delta").mode("append").save(self.path(name))
@@ -93,7 +107,7 @@ class Warehouse:
     def upsert_records(self, name: str, records: list[dict]) -> None:
         """Upsert a few records built on the driver (a run's `runs` row, its `llm_calls` rows) on the
         table's key. On a local warehouse through delta-rs: a Spark MERGE of one row runs several
-        jobs (4-20 s on 2 cores, twice per run); on a URI through Spark. Records lacking a column
+        jobs, twice per run; on a URI through Spark. Records lacking a column
         write it as null; a column the table lacks is an error.
         """
         schema = table(name).schema
@@ -131,3 +145,15 @@ class Warehouse:
 
         cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         return DeltaTable.forPath(self.spark, self.path(name)).alias("t").merge(source.alias("s"), cond)
+
+
+def conform(name: str, df):
+    """The frame with exactly table `name`'s columns, in order and declared types; a clear error
+    when a column is missing (a stage bug, caught before anything is written)."""
+    from pyspark.sql import functions as F
+
+    schema = spark_schema(name)
+    missing = [f.name for f in schema if f.name not in df.columns]
+    if missing:
+        raise ValueError(f"output for table {name!r} lacks columns {missing}; it has {df.columns}")
+    return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema])

@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Callable
 
-from corpusgraph.config import RaySection
+from corpusgraph.config import RaySection, S3Section
 from corpusgraph.runner import progress
 from corpusgraph.storage import locations as storage
 
@@ -97,7 +97,7 @@ def _progress_counter():
     by name for each pass: a handle got by name does not own the actor, so it died with the first
     pass's handle (Ray frees an actor when its owner's handles are gone), whenever the garbage
     collector took that one; the next pass's workers then told a dead actor and its bar stood
-    silent (at 1M entities, the 3.5M-vector embed pass showed no line for its 72 minutes)."""
+    silent (a long embed pass showed no line at all)."""
     import ray
 
     return ray.remote(num_cpus=0, max_restarts=0)(_ProgressCounter).remote()
@@ -182,7 +182,7 @@ BATCHES_PER_BLOCK = 2
 BLOCKS_PER_ACTOR = 2
 
 
-def parquet_rows(location: str, s3: storage.S3Settings | None = None) -> int:
+def parquet_rows(location: str, s3: S3Section | None = None) -> int:
     """Rows of the Parquet files at location (from their footers, no data read)."""
     import pyarrow.dataset as pads
 
@@ -190,7 +190,7 @@ def parquet_rows(location: str, s3: storage.S3Settings | None = None) -> int:
     return pads.dataset(path, filesystem=fs, format="parquet").count_rows()
 
 
-def num_blocks(in_path: str, rows_per_block: int, s3: storage.S3Settings | None = None) -> int:
+def num_blocks(in_path: str, rows_per_block: int, s3: S3Section | None = None) -> int:
     """Blocks for the rows at in_path (counted from the Parquet footers, no data read)."""
     return max(1, -(-parquet_rows(in_path, s3) // rows_per_block))
 

@@ -8,7 +8,7 @@ import asyncio
 
 import pyarrow as pa
 
-from corpusgraph.config import EmbeddingSection, RaySection
+from corpusgraph.config import EmbeddingSection, RaySection, S3Section
 from corpusgraph.runner import progress
 from corpusgraph.runner.passes.base import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, EMBED_ACTOR_CPUS, IO_CPUS,
                                             LLM_ACTOR_CPUS, Tally, init_ray, num_blocks, parquet_rows, progress_feed)
@@ -78,7 +78,7 @@ class _EmbedWorker:
 
 def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, embedding: EmbeddingSection,
                    cache_dir: str | None, work: progress.Work | None = None,
-                   s3: storage.S3Settings | None = None) -> None:
+                   s3: S3Section | None = None) -> None:
     """Rows (kind, id, text, text_hash) at in_path -> embeddings rows (plus EMBED_META) at out_path, on Ray.
     Either may be a URI (s3: how to reach an S3 store); cache_dir is each node's local cache.
 

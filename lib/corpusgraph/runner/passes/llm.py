@@ -16,15 +16,15 @@ from typing import Protocol, Sequence
 
 import pyarrow as pa
 
-from corpusgraph.config import LLMSection, RaySection
+from corpusgraph.config import LLMSection, RaySection, S3Section
 from corpusgraph.llm.base import ChatRequest, ChatResult, Usage
 from corpusgraph.runner import progress
 from corpusgraph.runner.passes.base import (BATCHES_PER_BLOCK, BLOCKS_PER_ACTOR, IO_CPUS, LLM_ACTOR_CPUS, Tally,
                                             init_ray, num_blocks, progress_feed)
 from corpusgraph.storage import locations as storage
-from corpusgraph.storage.shards import ATTEMPT, COLUMNS as SHARD_COLUMNS, UNIT, ShardSink, split_keys
+from corpusgraph.storage.shards import ATTEMPT, UNIT, ShardSink, split_keys
 
-__all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_outputs", "usage_from_sums", "USAGE_SUMS",
+__all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_sums", "USAGE_SUMS",
            "output_schema", "META"]
 
 # Bookkeeping columns added to every output row and dropped before the Delta write (llm_batch:
@@ -135,7 +135,7 @@ def run_llm_task(
     cache_dir: str,
     base_url: str | None,
     work: progress.Work | None = None,
-    s3: storage.S3Settings | None = None,
+    s3: S3Section | None = None,
     attempt: str = "run",
 ) -> int:
     """Rows at in_path (Parquet) -> task outputs as shards in out_path (its progress folder), on
@@ -244,7 +244,7 @@ def usage_from_sums(sums: dict, llm: LLMSection) -> Usage:
                  usd=llm.usd(sync_in, sync_out) + llm.usd(n["batch_tokens_in"], n["batch_tokens_out"], batch=True))
 
 
-def output_usage(path: str | Path, llm: LLMSection, s3: storage.S3Settings | None = None,
+def output_usage(path: str | Path, llm: LLMSection, s3: S3Section | None = None,
                  attempt: str | None = None) -> tuple[Usage, int]:
     """A task's accounting from its Parquet output read with pyarrow (tools and tests; the pipeline
     sums the same columns in Spark, handoff.spark_usage_sums): only the bookkeeping columns are
@@ -279,14 +279,3 @@ def output_usage(path: str | Path, llm: LLMSection, s3: storage.S3Settings | Non
             "tokens_in": total("llm_tokens_in", paid), "tokens_out": total("llm_tokens_out", paid),
             "batch_tokens_in": total("llm_tokens_in", batch), "batch_tokens_out": total("llm_tokens_out", batch)}
     return usage_from_sums(sums, llm), tbl.nbytes
-
-
-def usage_from_outputs(path: str | Path, llm: LLMSection) -> tuple[Usage, pa.Table]:
-    """A task's accounting and its output rows without bookkeeping columns (for tests and tools
-    that look at the rows; the pipeline sums the usage in Spark, handoff.spark_usage_sums)."""
-    import pyarrow.dataset as pads
-
-    usage, _ = output_usage(path, llm)
-    tbl = pads.dataset(str(path), format="parquet").to_table()
-    meta = [n for n, _ in META + SHARD_COLUMNS]
-    return usage, tbl.drop_columns([n for n in meta if n in tbl.column_names])

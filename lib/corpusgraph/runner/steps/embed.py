@@ -9,9 +9,9 @@ kind at a time) reads them back with pyarrow, batch by batch, into one prealloca
 approximate by size). With a local index_dir or hand-off folder the task runs on the driver's
 node, which has both; with both on an object store it may run on any node, and writes the files
 to a temporary folder there and uploads them to index_dir (storage.s3 says how to reach S3).
-The driver gets only each index's metadata: the vectors are corpus-sized (65 MB at 100k
-documents with 64 dimensions, gigabytes at millions with 384), and a cluster's driver is the
-machine with the least memory to spare. Their dimensions are checked in Spark first, so kinds of
+The driver gets only each index's metadata: the vectors are corpus-sized (4 bytes per dimension
+per item, gigabytes at millions of items), and a cluster's driver is the machine with the least
+memory to spare. Their dimensions are checked in Spark first, so kinds of
 one model that disagree stop the step before anything is written.
 """
 
@@ -25,13 +25,13 @@ from pathlib import Path
 import numpy as np
 from pyspark.sql import functions as F
 
-from corpusgraph.config import EmbeddingSection, RaySection, StorageSection
+from corpusgraph.config import EmbeddingSection, RaySection, S3Section, StorageSection
 from corpusgraph.runner.handoff import save
 from corpusgraph.runner.passes.embed import run_embed_task
 from corpusgraph.runner.progress import Work
 from corpusgraph.runner.run import StageContext, StageResult
 from corpusgraph.stages import embed as embed_stage
-from corpusgraph.storage.locations import S3Settings, arrow_filesystem, is_local, local_path
+from corpusgraph.storage.locations import arrow_filesystem, is_local, local_path
 from corpusgraph.tables import spark_schema
 
 __all__ = ["embed", "read_vectors"]
@@ -43,7 +43,7 @@ def _mixed_dimensions(model: str, dims) -> ValueError:
                       "embeddings.model name) and embed again")
 
 
-def read_vectors(path: str, s3: S3Settings | None = None) -> tuple[list[str], np.ndarray, int]:
+def read_vectors(path: str, s3: S3Section | None = None) -> tuple[list[str], np.ndarray, int]:
     """(ids, (n, dim) float32 matrix, bytes read) from Parquet files of (id, vector), in file order;
     path is a folder or a URI (s3: how to reach one on S3).
 
@@ -140,7 +140,7 @@ def embed(st: StageContext, *, embeddings: EmbeddingSection, ray: RaySection, st
         raise _mixed_dimensions(repr(sec.model), sizes)
     # An empty kind still gets files (the service loads every kind); its dim is the others'.
     dim = sizes.pop() if sizes else (384 if sec.backend == "bundled" else 1)
-    index_dir, s3 = local_path(storage.index_dir), storage.s3.settings()  # a folder made absolute, or a URI
+    index_dir, s3 = local_path(storage.index_dir), storage.s3  # a folder made absolute, or a URI
     init_ray(ray)
     for kind in embed_stage.KINDS:
         path = st.handoff(f"vectors-{kind}")
@@ -158,7 +158,7 @@ def embed(st: StageContext, *, embeddings: EmbeddingSection, ray: RaySection, st
 
 
 def build_index(path: str, index_dir: str, kind: str, model: str, params, dim: int,
-                s3: S3Settings | None = None) -> dict:
+                s3: S3Section | None = None) -> dict:
     """One kind's FAISS files from its hand-off vectors (run in a Ray task, not on the driver);
     returns what the driver reports: count, dim, MB read and the index's metadata.
 
@@ -179,7 +179,7 @@ def build_index(path: str, index_dir: str, kind: str, model: str, params, dim: i
 
 
 def _remote_build(path: str, index_dir: str, kind: str, model: str, params, dim: int,
-                  s3: S3Settings | None = None) -> dict:
+                  s3: S3Section | None = None) -> dict:
     """build_index in a Ray worker process: out of the driver's memory. On the driver's own node
     when the hand-off folder or index_dir is local (that node has them, and the service after it
     reads that index_dir); anywhere when both are on an object store."""

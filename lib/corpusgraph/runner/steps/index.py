@@ -27,8 +27,8 @@ from corpusgraph.stages.extract import fast as extract_fast_stage
 from corpusgraph.stages.ingest import files as ingest_stage
 from corpusgraph.tables import spark_schema, spark_struct
 
-__all__ = ["NoDocumentsError", "ingest", "chunk", "extract", "resolve", "communities", "reports", "extract_identity",
-           "identity", "graph_arrays", "membership_frame"]
+__all__ = ["NoDocumentsError", "ingest", "chunk", "extract", "resolve", "communities", "reports", "graph_arrays",
+           "membership_frame"]
 
 
 class NoDocumentsError(ValueError):
@@ -80,7 +80,7 @@ def ingest(st: StageContext, *, ingest: IngestSection, storage: StorageSection) 
     sec = ingest
     if not sec.inputs:
         raise ValueError("ingest.inputs is empty: name the files or folders to index in the config")
-    parsed, n_files, n_binary = _read_inputs(st.spark, sec, storage.s3.settings())
+    parsed, n_files, n_binary = _read_inputs(st.spark, sec, storage.s3)
     parsed = parsed.cache()
     docs = ingest_stage.documents_from(parsed).cache()
     quarantine = ingest_stage.quarantine_from(parsed)
@@ -114,19 +114,8 @@ def chunk(st: StageContext, *, chunk: ChunkSection) -> StageResult:
     units = chunk_stage.chunk_documents(documents, chunk)
     with progress.spark_records(st.spark, "chunk", "documents", documents.where("NOT deleted").count(),
                                 source="Scan parquet"):
-        st.tables.overwrite("text_units", units)
-    return StageResult(rows={"text_units": st.tables.read("text_units").count()})
-
-
-def identity(sec: ExtractSection, llm: LLMSection, prompt_path):
-    """(prompts, prompt_hash, model): what an extraction row is keyed on besides its unit
-    (stages/extract.extract_identity). prompt_path: a prompt's file from its configured name."""
-    return extract_stage.extract_identity(sec, prompt_path, llm.model)
-
-
-def extract_identity(ctx):
-    """identity() of anything holding the root config as `.cfg` (a RunContext, in tests)."""
-    return identity(ctx.cfg.extract, ctx.cfg.llm, ctx.cfg.prompt_path)
+        written = st.tables.overwrite("text_units", units)
+    return StageResult(rows={"text_units": written})
 
 
 def _extract_round(st: StageContext, packs, task, part: str, *, llm: LLMSection, ray: RaySection):
@@ -169,7 +158,7 @@ def extract(st: StageContext, *, extract: ExtractSection, llm: LLMSection, ray: 
     sec = extract
     if sec.method == "fast":
         return _extract_fast(st, sec)
-    prompts, phash, model = identity(sec, llm, st.prompt_path)
+    prompts, phash, model = extract_stage.extract_identity(sec, st.prompt_path, llm.model)
     units = st.tables.read("text_units")
     pending = extract_stage.pending_units(units, st.tables.read("extractions"), phash, model)
     # Round 0 extracts units with no row yet; rounds 1.. glean the rows that look incomplete.
@@ -204,7 +193,7 @@ def resolve(st: StageContext, *, resolve: ResolveSection, extract: ExtractSectio
     """Mentions -> entities (runner/steps/resolve.py), with this run's hand-off folder for its
     intermediate frames and Ray for its LLM rows."""
     sec = resolve
-    _, phash, model = identity(extract, llm, st.prompt_path)
+    _, phash, model = extract_stage.extract_identity(extract, st.prompt_path, llm.model)
     usage = Usage()
 
     def ask(task, df, part):
@@ -248,8 +237,7 @@ def communities(st: StageContext, *, communities: CommunitiesSection) -> StageRe
         leiden.set_total(leiden.done)  # max_levels is a bound: the hierarchy stops when nothing needs splitting
     st.tables.overwrite("communities", comm_stage.communities_from_membership(membership_frame(st.spark, membership),
                                                                               ents, rels))
-    levels = {r["level"]: (r["n"], r["q"]) for r in st.tables.read("communities").groupBy("level").agg(
-        F.count("*").alias("n"), F.first("modularity").alias("q")).collect()}
+    levels = comm_stage.level_summary(membership)  # what was written, from the rows on the driver
     result = StageResult(rows={"communities": sum(n for n, _ in levels.values()), "levels": len(levels)})
     for level in sorted(levels):
         q = levels[level][1]  # None where a level has no edges to score (entities without relationships)

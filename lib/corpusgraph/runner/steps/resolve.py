@@ -39,7 +39,8 @@ __all__ = ["ResolveIO", "resolve_tables"]
 
 @dataclass
 class ResolveIO:
-    """What resolve is handed. tables: read(name) and overwrite(name, df) of the warehouse.
+    """What resolve is handed. tables: read(name) and overwrite(name, df) of the warehouse (which
+    returns the table's rows after the write).
     save(df, part): df written out and read back. ask(task, df, part): the rows to the model,
     returning (output frame or None when no row was sent, rows sent)."""
 
@@ -67,7 +68,7 @@ def resolve_tables(io: ResolveIO, sec: ResolveSection, *, prompt_hash: str, mode
         mapping, pairs_table = _similarity(io, sec, live, stated, ments, rows, notes, llm_model=llm_model,
                                            temperature=temperature, prompt=adjudicate_prompt)
     groups = R.grouped(R.remap(ments, mapping))
-    tables.overwrite("relationships", R.relationships(live, sec, mapping, stated))
+    n_rels = tables.overwrite("relationships", R.relationships(live, sec, mapping, stated))
     rels = tables.read("relationships")
     summaries = None
     if sec.summarise_descriptions:  # the summariser's input and entities both read the groups
@@ -75,14 +76,13 @@ def resolve_tables(io: ResolveIO, sec: ResolveSection, *, prompt_hash: str, mode
         out, rows["summarised"] = io.ask(RL.SummariseTask(sec, summarise_prompt, temperature),
                                          R.long_descriptions(groups, sec), "summarise")
         summaries = out.where(F.col("status") == "ok") if out is not None else None
-    tables.overwrite("entities", R.entities(groups, rels, sec, summaries))
+    n_ents = tables.overwrite("entities", R.entities(groups, rels, sec, summaries))
     # A warehouse made before entity_aliases had its decision columns takes them here.
-    tables.overwrite("entity_aliases", R.entity_aliases(ments, mapping), replace_schema=True)
+    n_aliases = tables.overwrite("entity_aliases", R.entity_aliases(ments, mapping), replace_schema=True)
     tables.overwrite("claims", R.claims(live, sec, mapping))
     if pairs_table is not None:  # every read of the stored pairs is behind; now this run's pairs replace them
         tables.overwrite("resolve_pairs", pairs_table)
-    rows.update(entities=tables.read("entities").count(), relationships=rels.count(),
-                aliases=tables.read("entity_aliases").count())
+    rows.update(entities=n_ents, relationships=n_rels, aliases=n_aliases)
     return rows, notes
 
 

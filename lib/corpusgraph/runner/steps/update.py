@@ -46,10 +46,10 @@ the live corpus (estimate/rates.py, at the warehouse's own rates).
 
 from __future__ import annotations
 
-import numpy as np
-
-from corpusgraph.config import ChunkSection, CommunitiesSection, UpdateSection
-from corpusgraph.graph.extend import extend_partition, modularity, old_partition
+from corpusgraph.config import (ChunkSection, CommunitiesSection, EmbeddingSection, EstimateSection, ExtractSection,
+                                LLMSection, ReportsSection, ResolveSection, UpdateSection)
+from corpusgraph.estimate.model import CostSections
+from corpusgraph.estimate.rates import estimate_warehouse
 from corpusgraph.llm.base import Usage
 from corpusgraph.runner.handoff import save
 from corpusgraph.runner.run import StageContext, StageResult
@@ -86,50 +86,37 @@ def chunk(st: StageContext, *, chunk: ChunkSection) -> StageResult:
 
 
 def communities(st: StageContext, *, communities: CommunitiesSection, update: UpdateSection) -> StageResult:
-    """The stored partition extended to new nodes (graph/extend.py), kept unless its modularity
-    drifted past update.redetect_drift, else detected again; written by MERGE either way."""
-    from corpusgraph.graph.leiden import normalise_edges
+    """The stored partition extended to new nodes, kept unless its modularity drifted past
+    update.redetect_drift, else detected again (stages/communities.extend_or_detect); written by
+    MERGE either way."""
     from corpusgraph.stages import communities as comm_stage
 
     ents, rels = st.tables.read("entities"), st.tables.read("relationships")
     ids, a, b, w, _ = graph_arrays(ents, rels)
     old_rows = st.tables.read("communities").select("community_id", "level", "parent_id", "entity_ids",
                                                     "graph_version", "modularity").toArrow().to_pylist()
-    old = old_partition(ids, old_rows)
-    edges, weights = normalise_edges(len(ids), np.stack([a, b], axis=1).astype(np.int64) if len(a) else
-                                     np.zeros((0, 2), np.int64), w)
-    rows = {"entities": len(ids), "new_nodes": int((old.labels[0] < 0).sum()) if old.labels else len(ids)}
-    q_rec = old.recorded.get(0, float("nan"))
-    redetect, q_ext, drift = True, float("nan"), float("nan")
-    if old.labels and len(ids) and np.isfinite(q_rec) and q_rec > 0:
-        labels, parents = extend_partition(len(ids), edges, weights, old)
-        q_ext = modularity(len(ids), edges, weights, labels[0])
-        drift = (q_rec - q_ext) / q_rec if np.isfinite(q_ext) else float("inf")
-        redetect = not drift <= update.redetect_drift
-    if redetect:
-        membership = comm_stage.detect(ids, a, b, w, communities)
-    else:
-        membership = comm_stage.kept_membership(ids, labels, parents, old.versions, old.recorded)
+    membership, d = comm_stage.extend_or_detect(ids, a, b, w, old_rows, communities, update.redetect_drift)
     fresh = save(st, comm_stage.communities_from_membership(membership_frame(st.spark, membership), ents, rels), "out")
     before = {r["community_id"] for r in old_rows}
     after = {r["community_id"] for r in fresh.select("community_id").collect()}
     st.tables.merge("communities", fresh, delete_missing=True)
-    result = StageResult(rows={**rows, "redetected": int(redetect), "communities": len(after),
-                               "communities_new": len(after - before), "communities_gone": len(before - after),
-                               "modularity_recorded": round(q_rec, 4), "modularity_extended": round(q_ext, 4),
-                               "drift": round(drift, 4)})
+    q_rec, q_ext, drift = d["modularity_recorded"], d["modularity_extended"], d["drift"]
+    result = StageResult(rows={"entities": d["entities"], "new_nodes": d["new_nodes"], "redetected": d["redetected"],
+                               "communities": len(after), "communities_new": len(after - before),
+                               "communities_gone": len(before - after), "modularity_recorded": round(q_rec, 4),
+                               "modularity_extended": round(q_ext, 4), "drift": round(drift, 4)})
     result.notes.append(
-        ("re-detected in full" if redetect else "kept the partition and placed new nodes")
+        ("re-detected in full" if d["redetected"] else "kept the partition and placed new nodes")
         + f": recorded modularity {q_rec:.3f}, extended {q_ext:.3f}, drift {drift:.3f} "
         f"(threshold {update.redetect_drift})")
     return result
 
 
-def cost(st: StageContext, *, update: UpdateSection) -> StageResult:
-    """What this update redid and paid, next to what a full rebuild would cost.
-
-    The rebuild is priced by the run's `price_rebuild` service (update.run_update provides it:
-    the estimate module runs pipelines itself, so the registry's modules do not import it)."""
+def cost(st: StageContext, *, update: UpdateSection, extract: ExtractSection, resolve: ResolveSection,
+         reports: ReportsSection, embeddings: EmbeddingSection, llm: LLMSection, estimate: EstimateSection
+         ) -> StageResult:
+    """What this update redid and paid, next to what a full rebuild would cost at the warehouse's
+    own rates (estimate/rates.py; the cost model's sections are this step's own)."""
     spent = Usage()
     for r in st.earlier.values():
         if r.usage is not None:
@@ -142,7 +129,8 @@ def cost(st: StageContext, *, update: UpdateSection) -> StageResult:
     }
     result = StageResult(rows=rows)
     if update.estimate_full_rebuild:
-        est = st.service("price_rebuild")(st.tables)
+        est = estimate_warehouse(st.tables, CostSections(extract, resolve, reports, embeddings, llm, estimate),
+                                 st.prompt_path)
         rows.update(full_rebuild_calls=est.llm_calls, full_rebuild_tokens=est.llm_tokens,
                     token_fraction=round(rows["tokens"] / est.llm_tokens, 4) if est.llm_tokens else 0.0)
         result.notes.append(f"this update: {rows['tokens']:,} tokens in {spent.calls} calls; a full rebuild: "

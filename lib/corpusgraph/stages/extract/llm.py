@@ -95,10 +95,6 @@ def extract_identity(section: ExtractSection, prompt_path: Callable[[str], Path]
     return prompts, prompts.hash(section), model
 
 
-def _as_prompts(prompt: Prompt | ExtractPrompts) -> ExtractPrompts:
-    return prompt if isinstance(prompt, ExtractPrompts) else ExtractPrompts(prompt)
-
-
 # -- schema and requests -----------------------------------------------------------------------
 
 
@@ -152,13 +148,12 @@ def _found_list(priors: Sequence[dict | None]) -> str:
     return "\n".join(lines)
 
 
-def build_pack_request(pack_id: str, texts: Sequence[str], prompt: Prompt | ExtractPrompts, section: ExtractSection,
+def build_pack_request(pack_id: str, texts: Sequence[str], prompts: ExtractPrompts, section: ExtractSection,
                        temperature: float = 0.0, priors: Sequence[dict | None] | None = None,
                        schema: dict[str, Any] | None = None) -> ChatRequest:
     """One call for a pack of texts. With `priors` (the rows so far) it is a gleaning call:
     the same system prompt and texts, then the continue prompt naming what was found.
     schema: pack_schema(section, len(texts)), when the caller keeps one per pack size."""
-    prompts = _as_prompts(prompt)
     user = user_message(texts)
     if priors is not None:
         if prompts.cont is None:
@@ -173,10 +168,10 @@ def build_pack_request(pack_id: str, texts: Sequence[str], prompt: Prompt | Extr
     )
 
 
-def build_request(unit_id: str, text: str, prompt: Prompt | ExtractPrompts, section: ExtractSection,
+def build_request(unit_id: str, text: str, prompts: ExtractPrompts, section: ExtractSection,
                   temperature: float = 0.0) -> ChatRequest:
     """The request for one unit on its own (a pack of one)."""
-    return build_pack_request(unit_id, [text], prompt, section, temperature)
+    return build_pack_request(unit_id, [text], prompts, section, temperature)
 
 
 # -- packing -------------------------------------------------------------------------------------
@@ -200,7 +195,7 @@ def pack_rows(rows: Sequence[dict], section: ExtractSection) -> list[list[dict]]
     return packs
 
 
-def pack_requests(rows: Sequence[dict], prompts: Prompt | ExtractPrompts, section: ExtractSection,
+def pack_requests(rows: Sequence[dict], prompts: ExtractPrompts, section: ExtractSection,
                   temperature: float = 0.0) -> list[ChatRequest]:
     """The first-pass requests the stage sends for these unit rows (unit_id, text, n_tokens),
     packed as `packs_from` packs them: for estimates and measurements of what a run will send."""
@@ -316,7 +311,7 @@ def glean_candidates(extractions, text_units, section: ExtractSection, prompt_ha
     rounds done. Columns: unit_id, text, n_tokens, prior (the extractions row as a struct).
     Which of them `needs_gleaning` is decided where they are packed (packs_from's
     `needs_gleaning`), in the same pass over the rows: a row-at-a-time Python filter here sent
-    every row and its prior through Python once more (53 s of the 100k-document extract stage)."""
+    every row and its prior through Python once more."""
     from pyspark.sql import functions as F
 
     mine = extractions.where((F.col("prompt_hash") == prompt_hash) & (F.col("model") == model)

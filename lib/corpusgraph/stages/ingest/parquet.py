@@ -31,7 +31,7 @@ def _local_form(uri: str) -> str:
 
 def probe_footers(paths: Sequence[str], s3=None) -> tuple[list[str], list[dict]]:
     """(readable paths with rows, quarantine records for the others), reading footers only.
-    s3: how to reach an S3 store (corpusgraph.storage.locations.S3Settings) for s3a:// and s3:// inputs."""
+    s3: how to reach an S3 store (corpusgraph.config.S3Section) for s3a:// and s3:// inputs."""
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 

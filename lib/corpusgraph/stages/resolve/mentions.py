@@ -52,7 +52,8 @@ def live_extractions(extractions, text_units, prompt_hash: str, model: str):
     """Successful extractions of this prompt and model for units that still exist: the columns
     resolve reads (unit_id, entities, relationships, claims). The rest (the raw answers above
     all, most of the table's bytes) stays behind: resolve saves this frame, and writing the raw
-    answers out again took most of that save (25.7 s of resolve's 320.8 s at 100k documents)."""
+    answers out again took most of that save (tests/benchmarks/results/scale.json,
+    findings.resolve_2026_12_04_night)."""
     from pyspark.sql import functions as F
 
     ok = extractions.where(

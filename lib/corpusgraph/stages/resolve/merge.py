@@ -8,9 +8,9 @@ every node takes the label of its label. Labels stay node ids of the node's own 
 only fall, and a round that changes nothing leaves each component labelled with its smallest
 id, as plain propagation does; but plain propagation moves a label one edge per round, so a
 chain of merges whose ids are in random order (they are hashes) took rounds in proportion to
-its length (80-100 rounds for 256 names, measured on a simulation of this step), and the 100k
-synthetic corpus needed 24 rounds where hooking needs 7. The loop and its convergence test
-(an action) are the step's (steps.index.resolve); `cc_step` is one pure round.
+its length, where hooking needs a few rounds whatever the order
+(tests/benchmarks/results/scale.json, findings.connected_components). The loop and its
+convergence test (an action) are the step's (steps.index.resolve); `cc_step` is one pure round.
 
 Chain guard. Merging is transitive, so a chain a-b, b-c, c-d of pairwise-plausible merges can
 join names that share nothing. A component larger than max_component_size is therefore re-cut:
@@ -127,8 +127,8 @@ def decisions(nodes_df, labels, decided, cut=None):
 
     Cost: each decided pair takes its two entities in two joins, and only then is it turned into
     its two ends; one aggregation per node finds both its attaching edge and its best rejection.
-    (Joining the labels onto both orientations, 2x the pairs, and aggregating twice took 627 s of
-    a 5,586 s resolve at 1M documents, 47M decided pairs: 25x its 100k time for 10x the names.)
+    (Joining the labels onto both orientations, twice the pairs, and aggregating twice grew
+    faster than the corpus: tests/benchmarks/results/scale.json, findings.one_m_2026_12_05.)
     """
     from pyspark.sql import functions as F
 

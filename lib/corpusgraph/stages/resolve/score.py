@@ -96,8 +96,8 @@ def _node_side(nodes_df, vectors=None):
     """What a pair score reads of one node, computed once per node rather than once per pair:
     the key and its tokens, the tokens sorted and joined, the numbers in the key, the acronym and
     the name without spaces, and the three sets (character trigrams, description words, neighbour
-    keys) as 64-bit hashes. A pair then intersects arrays of longs instead of strings (about 6x
-    faster for the trigrams, measured on the 588k candidate pairs of a 30k-document run): every
+    keys) as 64-bit hashes. A pair then intersects arrays of longs instead of strings (faster, every
+    feature identical: tests/benchmarks/results/scale.json, findings.resolve_parts_2026_12_03): every
     set is already distinct, so |A & B| is the same count on the hashes unless two different
     strings of the two sides collide in 64 bits, and a union is |A| + |B| - |A & B|."""
     from pyspark.sql import functions as F

@@ -1,2 +1,0 @@
-"""Scoring answers against gold answers: exact match, token F1, an LLM judge, retrieval recall.
-"""
