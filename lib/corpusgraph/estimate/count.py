@@ -100,7 +100,8 @@ class ExtractCounting:
 
     @classmethod
     def of(cls, cfg: Config) -> "ExtractCounting":
-        prompts = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.model)[0] if cfg.extract.method == "llm" else None
+        prompts = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.for_stage("extract").model)[0] \
+            if cfg.extract.method == "llm" else None
         return cls(cfg.extract, prompts, cfg.llm.temperature, counter_spec(cfg.estimate, cfg.llm.backend))
 
     def requests(self, rows: Sequence[dict]) -> list[ChatRequest]:

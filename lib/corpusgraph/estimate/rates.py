@@ -38,7 +38,7 @@ def warehouse_rates(wh, cfg: Config, *, source: str) -> tuple[Rates, dict]:
     from corpusgraph.stages.extract.llm import extract_identity
 
     fallback = Rates.configured(cfg.estimate, cfg.extract, cfg.reports)
-    _, phash, model = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.model)
+    _, phash, model = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.for_stage("extract").model)
     counting = ExtractCounting.of(cfg)
     units = wh.read("text_units")
     ex = wh.read("extractions").where((F.col("prompt_hash") == phash) & (F.col("model") == model)

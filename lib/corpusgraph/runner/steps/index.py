@@ -126,7 +126,7 @@ def identity(sec: ExtractSection, llm: LLMSection, prompt_path):
 
 def extract_identity(ctx):
     """identity() of anything holding the root config as `.cfg` (a RunContext, in tests)."""
-    return identity(ctx.cfg.extract, ctx.cfg.llm, ctx.cfg.prompt_path)
+    return identity(ctx.cfg.extract, ctx.cfg.llm.for_stage("extract"), ctx.cfg.prompt_path)
 
 
 def _extract_round(st: StageContext, packs, task, part: str, *, llm: LLMSection, ray: RaySection):
@@ -204,7 +204,8 @@ def resolve(st: StageContext, *, resolve: ResolveSection, extract: ExtractSectio
     """Mentions -> entities (runner/steps/resolve.py), with this run's hand-off folder for its
     intermediate frames and Ray for its LLM rows."""
     sec = resolve
-    _, phash, model = identity(extract, llm, st.prompt_path)
+    # The extraction rows are keyed by the extract stage's model, which may not be resolve's own.
+    _, phash, model = identity(extract, llm.for_stage("extract"), st.prompt_path)
     usage = Usage()
 
     def ask(task, df, part):
@@ -268,6 +269,14 @@ def _report_pass(st: StageContext, pending, task, table: str, part: str, *, llm:
 
 
 def reports(st: StageContext, *, reports: ReportsSection, llm: LLMSection, ray: RaySection) -> StageResult:
+    from corpusgraph.llm.factory import fit_context
+
+    # The context fits the reports model's window (llm.context_window or its profile's).
+    fitted = fit_context(reports.max_input_tokens, llm, reports.max_tokens)
+    if fitted < reports.max_input_tokens:
+        st.log(f"  reports: context cut to {fitted} tokens to fit the model's window (reports.max_input_tokens "
+               f"{reports.max_input_tokens})")
+        reports = reports.model_copy(update={"max_input_tokens": fitted})
     sec, read = reports, st.tables.read
     prompt = load_prompt(st.prompt_path(sec.prompt))
     model = llm.model
