@@ -118,8 +118,11 @@ class QuerySection(Section):
     top_k_units: int = Field(5, ge=1, le=50, description="Text units retrieved by basic search (local search "
                              "ranks twice as many for its budget).")
     top_k_entities: int = Field(5, ge=1, le=50, description="Seed entities for local search.")
-    max_context_tokens: int = Field(1800, ge=200, description="Context budget for an answer.")
-    max_tokens: int = Field(300, ge=16, description="Answer token limit.")
+    max_context_tokens: int = Field(12000, ge=200, description="Context budget for an answer, and per global map call "
+                                    "(graphrag's local search reads 12,000 tokens), cut to fit the query model's "
+                                    "context window beside the answer (llm.context_window or its profile's).")
+    max_tokens: int = Field(2000, ge=16, description="Answer token limit (graphrag's local search answer limit, "
+                            "2,000).")
     retrieval: RetrievalSection = Field(default_factory=RetrievalSection, description="Local search's unit ranking.")
     global_: GlobalSection = Field(default_factory=GlobalSection, alias="global", description="Global search.")
     drift: DriftSection = Field(default_factory=DriftSection, description="DRIFT search.")
