@@ -120,3 +120,15 @@ def test_a_stopped_stage_is_exit_code_5(monkeypatch, capsys):
     monkeypatch.setattr(cli, "cmd_tables", refuse)
     assert cli.main(["tables"]) == 5
     assert "corpusgraph: stopped: extract: 4 of 4 LLM calls" in capsys.readouterr().err
+
+
+def test_a_request_over_the_models_window_is_warned_about(tmp_path):
+    from corpusgraph.runner.doctor import window_warnings
+
+    ollama = cfg(tmp_path, "http://127.0.0.1:11434/v1", **{"llm.profile": "ollama", "extract.max_tokens": "4000",
+                                                              "extract.pack_tokens": "1200"})
+    [warning] = window_warnings(ollama)
+    assert "5200 tokens" in warning and "context window (4096)" in warning and "llm.context_window" in warning
+    assert window_warnings(cfg(tmp_path, "http://127.0.0.1:11434/v1", **{"llm.profile": "ollama",
+                                                                         "llm.context_window": "32768",
+                                                                         "extract.max_tokens": "4000"})) == []

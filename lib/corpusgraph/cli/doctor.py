@@ -11,7 +11,7 @@ def cmd_doctor(args) -> int:
 
     from corpusgraph.cli.common import config_from_args
     from corpusgraph.llm.chat_endpoint import ChatEndpoint
-    from corpusgraph.runner.doctor import KINDS, format_checks, run_checks
+    from corpusgraph.runner.doctor import KINDS, format_checks, run_checks, window_warnings
 
     cfg = config_from_args(args)
     kinds = [k.strip() for k in args.kinds.split(",")] if args.kinds else \
@@ -22,6 +22,8 @@ def cmd_doctor(args) -> int:
     with ChatEndpoint(cfg.llm, Path(cfg.storage.cache_dir) / "embedded-server-doctor.log") as endpoint:
         checks = run_checks(cfg, kinds, endpoint.url)
     print(format_checks(checks))
+    for warning in window_warnings(cfg):
+        print(f"warning  {warning}")
     refused = [c.kind for c in checks if not c.ok]
     print(f"{len(checks) - len(refused)} of {len(checks)} kinds accepted"
           + (f"; refused: {', '.join(refused)}" if refused else ""))

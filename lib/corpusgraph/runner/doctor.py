@@ -16,7 +16,7 @@ from corpusgraph.config import Config, LLMSection
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult
 from corpusgraph.llm.fixes import fix_for
 
-__all__ = ["Check", "run_checks", "format_checks", "preflight", "KINDS"]
+__all__ = ["Check", "run_checks", "format_checks", "preflight", "window_warnings", "KINDS"]
 
 _TEXT = ("Halvard & Quist moved trailer R-77 from the Valencia hub to the Milan hub on 3 March. "
          "Giulia Sarti, the dock lead in Milan, said Brightwater Haulage collected it late.")
@@ -135,6 +135,27 @@ def run_checks(cfg: Config, kinds: list[str], url_for: Callable[[LLMSection], st
     return out
 
 
+def window_warnings(cfg: Config) -> list[str]:
+    """Settings whose largest request passes the stage model's context window (prompt text
+    allowance included): the server would refuse it, or (Ollama) cut it without a word."""
+    from corpusgraph.llm.factory import PROMPT_ALLOWANCE, context_window
+
+    out = []
+    ex = cfg.extract
+    wants = {"extract": (ex.pack_tokens + ex.units_per_call * ex.max_tokens, "extract.pack_tokens + "
+                         "extract.units_per_call x extract.max_tokens") if ex.method == "llm" else None,
+             "reports": None, "query": None}  # reports and query contexts are cut to fit (llm/factory.fit_context)
+    for stage, want in wants.items():
+        if want is None:
+            continue
+        llm = cfg.llm.for_stage(stage)
+        window = context_window(llm)
+        if want[0] + PROMPT_ALLOWANCE > window:
+            out.append(f"{stage}: {want[1]} = {want[0]} tokens plus about {PROMPT_ALLOWANCE} of prompt pass the "
+                       f"model's context window ({window}): set llm.context_window to the model's, or lower them")
+    return out
+
+
 def format_checks(checks: list[Check]) -> str:
     lines = []
     for c in checks:
@@ -171,6 +192,8 @@ def preflight(cfg: Config, stages: list[str], url_for: Callable[[LLMSection], st
     if not cfg.llm.preflight or not kinds:
         return
     log(f"preflight: one request of each kind ({', '.join(kinds)}) before the run pays for any")
+    for warning in window_warnings(cfg):
+        log(f"  warning: {warning}")
     checks = run_checks(cfg, kinds, url_for)
     for line in format_checks(checks).splitlines():
         log("  " + line)
