@@ -441,3 +441,21 @@ def test_a_netrc_login_is_sent_where_no_api_key_is(server, monkeypatch, tmp_path
     assert server.headers_seen[-1]["Authorization"] == "Basic YWxpY2U6czNjcmV0"  # alice:s3cret
     assert model(server, api_key="sk-test").complete([req("ok", rid="b")])[0].error is None
     assert server.headers_seen[-1]["Authorization"] == "Bearer sk-test"  # the key wins
+
+
+def test_a_refusal_of_every_request_stops_the_client_sending_after_the_breaker(server):
+    from corpusgraph.llm.openai_http import BREAKER_AFTER
+
+    batch = [req(f"400,{i}", rid=str(i)) for i in range(BREAKER_AFTER + 12)]
+    results = model(server, concurrency=1).complete(batch)
+    assert server.total_calls() == BREAKER_AFTER  # the rest were never sent
+    assert all(r.status == 400 and "schema is not supported" in r.error for r in results)
+    assert sum(r.error.startswith("not sent: the endpoint refused the first") for r in results) == 12
+
+
+def test_one_answer_keeps_the_breaker_closed(server):
+    from corpusgraph.llm.openai_http import BREAKER_AFTER
+
+    batch = [req("ok", rid="good")] + [req(f"400,{i}", rid=str(i)) for i in range(BREAKER_AFTER + 2)]
+    results = model(server, concurrency=1).complete(batch)
+    assert server.total_calls() == BREAKER_AFTER + 3 and results[0].error is None

@@ -196,6 +196,10 @@ class OpenAIChatModel(EndpointClient):
                 # The lease is held only while a request is on the wire, not while backing off;
                 # each attempt may go to a different endpoint.
                 lease = await _within(self.pool.acquire(cost), seconds_left())
+                tripped = self._tripped(req)  # checked again: refusals may have come in while it waited
+                if tripped is not None:
+                    self.pool.release(lease, 0, True)
+                    return tripped
                 stage = "with the request on the wire"  # cancelled there, the lease still goes back
                 return await _within(self._attempt(clients.get(lease.url, lease.slot), lease, req, body),
                                      seconds_left())
