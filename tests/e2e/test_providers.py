@@ -165,7 +165,9 @@ def test_a_refused_stage_stops_the_run_with_the_providers_message(spark, tmp_pat
     assert "ingest" in ctx.results and "resolve" not in ctx.results  # stopped before building on nothing
     text = "\n".join(logged)
     assert "Incorrect API key provided: sk-...0042" in text and "fix: the endpoint refused the key" in text
-    assert text.count("Incorrect API key provided") == 1  # once per distinct message, with its count
+    shown = [ln for ln in "\n".join(logged).splitlines() if ln.lstrip().startswith("x") and "Incorrect API key" in ln]
+    assert shown == [f"  x{refused}: HTTP 401: Incorrect API key provided: sk-...0042. You can find your API key at "
+                     "https://platform.openai.com/account/api-keys."]  # once per distinct message, with its count
     run = _runs(cfg)[ctx.run_id]
     failure = json.loads(run["stage_counts"])["_failure"]
     assert run["status"] == "failed" and failure["stage"] == "extract" and "Incorrect API key" in failure["reason"]
