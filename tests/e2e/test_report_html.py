@@ -92,7 +92,8 @@ def freight_index(spark, tmp_path_factory):
         cfg = load_config(REPO / "conf" / "local.yaml", {
             "storage.warehouse": str(root / "wh"), "storage.index_dir": str(root / "idx"),
             "storage.cache_dir": str(root / "cache"), "ingest.inputs": f"[{inputs}]",
-            "llm.backend": "openai", "llm.api_base": url, "llm.model": "scripted", "llm.concurrency": "8",
+            "llm.backend": "openai", "llm.preflight": "false", "llm.api_base": url, "llm.model": "scripted",
+            "llm.concurrency": "8",
             "llm.usd_per_1k_in": "0.00015", "llm.usd_per_1k_out": "0.0006"})
         # The stages that make the report's tables; embed's vectors are not in the report.
         run_index(RunContext(cfg, spark), ["ingest", "chunk", "extract", "resolve", "communities", "reports"])
