@@ -11,7 +11,7 @@ Routes per profile: the OpenAI-compatible /v1/chat/completions and /v1/embedding
 openai, /v1/files and /v1/batches of the Batch API through batch_emulator.py, each line checked
 by the same rules); Azure's /openai/deployments/{d}/chat/completions|embeddings?api-version=,
 /openai/v1/chat/completions|embeddings, and /openai/files|batches?api-version=; TEI's
-/v1/embeddings. GET /stats: {"requests", "refused", "ignored", "by_rule", "kinds", "refusals"}
+/v1/embeddings. GET /stats: {"requests", "refused", "ignored", "by_rule", "kinds" (a Batch API line's kind is "batch <kind>"), "refusals"}
 (the first few refusals' bodies). The first stdout line is the base URL (".../v1", or the root
 for azure_openai).
 """
@@ -167,7 +167,7 @@ def make_app(cfg: Config, delay_s: float = 0.5) -> web.Application:
         # A line's body meets the synchronous endpoint's rules; its credentials were the upload's.
         creds = {"api-key": cfg.key or ""} if azure else {"authorization": f"Bearer {cfg.key}"}
         path = "/openai/v1/chat/completions" if azure else "/v1/chat/completions"
-        return conf.judge(Call("chat", body, creds, path), "batch_line")
+        return conf.judge(Call("chat", body, creds, path), f"batch {kind_of(body)}")
 
     if cfg.profile in ("openai", "azure_openai", "openai_compatible"):
         # Azure's dated API lines name /chat/completions (AZURE_BATCH); its v1 API's the /v1 form (assumed)
