@@ -37,7 +37,7 @@ def default_engine_factory(cfg: Config) -> Iterator[QueryEngine]:
     from corpusgraph.llm.chat_endpoint import ChatEndpoint
     from corpusgraph.query.open import open_query_engine
 
-    with ChatEndpoint(cfg.llm, Path(cfg.storage.cache_dir) / "embedded-server-serve.log") as endpoint:
+    with ChatEndpoint(cfg.llm.for_stage("query"), Path(cfg.storage.cache_dir) / "embedded-server-serve.log") as endpoint:
         engine = open_query_engine(cfg, endpoint.url())
         # The embedder loads its weights on first use; do it now so "ready" means ready and
         # the first caller does not pay for it inside their timeout.

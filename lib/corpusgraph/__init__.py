@@ -6,7 +6,7 @@ first use, so `import corpusgraph` starts nothing and imports neither Spark, Ray
     cfg = corpusgraph.load_config("conf/local.yaml")
     spark = corpusgraph.build_spark(cfg.spark, storage=cfg.storage)
     corpusgraph.run_index(corpusgraph.RunContext(cfg, spark, kind="index"))
-    with corpusgraph.ChatEndpoint(cfg.llm, "work/embedded-server.log") as endpoint:
+    with corpusgraph.ChatEndpoint(cfg.llm.for_stage("query"), "work/embedded-server.log") as endpoint:
         engine = corpusgraph.open_query_engine(cfg, endpoint.url())
         print(corpusgraph.format_answer(engine.ask("...", method="local")))
 """

@@ -45,7 +45,8 @@ def _answers(tmp_path):
     synthetic_corpus.ensure(corpus, DOCS, 0)
     docs = pads.dataset(corpus / "parquet", format="parquet").to_table(columns=["id", "text"]).to_pylist()
     lex = scale_server.Lexicon(corpus / "truth")
-    section = ExtractSection()
+    # the limits the results were measured with (the defaults are now sized for real models)
+    section = ExtractSection(units_per_call=6, pack_tokens=1000, max_tokens=400, max_entities=5, max_relationships=5)
     prompts, prompt_hash, model = extract_identity(section, lambda p: REPO / "conf" / p, "scripted-scale")
     task = PackTask(section, prompts, prompt_hash, model, "run", 0.0)
     units = [{"unit_id": d["id"], "text": d["text"][:2000], "n_tokens": len(d["text"][:2000]) // 4, "prior": None}

@@ -9,7 +9,7 @@ one index). LLM extraction of ~2,900 paragraphs with the bundled model would tak
 2 cores; the graph is therefore spaCy's, and those indexes carry no community reports (local
 search's report section stays empty). The questions are answered the way `corpusgraph query`
 answers them: `query.open.open_query_engine` on the index, `QueryEngine.ask(question, method=...)`.
-Scores come from tests.support.evaluate: EM, F1 and `contains` against `answer` and
+Scores come from corpusgraph.evaluate.score: EM, F1 and `contains` against `answer` and
 `answer_aliases`, recall@k of `evidence_doc_ids` among the distinct documents the answer cites
 (the units the model cited first, then the rest of its context).
 
@@ -172,7 +172,7 @@ def write_results(part: dict, cfg) -> dict:
 
 
 def answer_questions(engine, questions: list[dict]) -> dict:
-    from tests.support.evaluate import mean_scores, score_answer
+    from corpusgraph.evaluate.score import mean_scores, score_answer
 
     per_method: dict[str, dict] = {}
     rows = []
@@ -267,7 +267,7 @@ def podcast_subset(n: int) -> Path:
 
 @pytest.mark.skipif(not (PODCAST / "questions.jsonl").is_file(), reason=f"podcast data not found under {PODCAST}")
 def test_global_vs_basic_judged_on_podcast_episodes(spark):
-    from tests.support.evaluate import judge_pair, summarise_verdicts
+    from corpusgraph.evaluate.score import judge_pair, summarise_verdicts
     from corpusgraph.runner.registry import STAGES
 
     docs = podcast_subset(N_EPISODES)

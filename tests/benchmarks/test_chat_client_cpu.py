@@ -8,7 +8,8 @@ path 31% of the actor's CPU. The client now sends through aiohttp (llm/http_comm
 Measured: OpenAIChatModel.complete (no cache, 8 in flight, schema-constrained requests of about 300
 words) and, as the reference, a bare aiohttp.ClientSession posting the same bodies with the same
 concurrency, each against tests/support/fixed_latency_server.py (64 slots, 1 ms per answer) in
-its own process; CPU seconds (resource.getrusage of this process) per call, CALLS calls per round,
+its own process; and the official `openai` package's AsyncOpenAI (max_retries 0, the same bodies,
+8 in flight), which decides whether that package could carry the per-call path (issue 40); CPU seconds (resource.getrusage of this process) per call, CALLS calls per round,
 ROUNDS rounds alternating the two. The product's figure includes what the bare client skips:
 the endpoint pool, retries, the deadline, JSON answer parsing into ChatResult.
 Writes tests/benchmarks/results/chat_client_cpu.json.
@@ -77,22 +78,49 @@ async def _bare(url: str, tag: str) -> tuple[float, float]:
     return cpu / CALLS, wall
 
 
+async def _sdk(url: str, tag: str) -> tuple[float, float]:
+    import openai
+
+    bodies = [request_body("m", r) for r in _requests(tag, CALLS)]
+    client = openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0)
+    gate = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one(body: dict):
+        async with gate:
+            return await client.chat.completions.create(**body)
+
+    try:
+        await asyncio.gather(*(one(b) for b in bodies[:50]))  # connections open before timing
+        c0, t0 = _cpu(), time.monotonic()
+        answers = await asyncio.gather(*(one(b) for b in bodies))
+        cpu, wall = _cpu() - c0, time.monotonic() - t0
+    finally:
+        await client.close()
+    assert len(answers) == CALLS and all(a.choices for a in answers)
+    return cpu / CALLS, wall
+
+
 def test_chat_client_cpu_per_call():
     with ChildServer(str(SERVER), "--slots", "64", "--latency-s", "0.001", "--port", "0") as server:
         model = OpenAIChatModel(model="m", base_url=server.base_url, concurrency=IN_FLIGHT, cache=None)
         model.complete(_requests("warm", 50))
-        product, bare = [], []
+        product, bare, sdk = [], [], []
         for k in range(ROUNDS):
             product.append(_product(model, f"p{k}"))
             bare.append(asyncio.run(_bare(f"{server.base_url}/chat/completions", f"b{k}")))
+            sdk.append(asyncio.run(_sdk(server.base_url, f"s{k}")))
     p_ms = statistics.median(c for c, _ in product) * 1000
     b_ms = statistics.median(c for c, _ in bare) * 1000
+    s_ms = statistics.median(c for c, _ in sdk) * 1000
     report = {
         "what": "CPU ms per chat call: the product client (OpenAIChatModel.complete, 8 in flight, no cache) "
                 "and a bare aiohttp session (the reference), fixed_latency_server.py at 1 ms, 64 slots",
         "calls_per_round": CALLS, "rounds": ROUNDS,
         "product_cpu_ms_per_call": round(p_ms, 3), "bare_aiohttp_cpu_ms_per_call": round(b_ms, 3),
         "product_over_bare": round(p_ms / b_ms, 2),
+        "openai_sdk_cpu_ms_per_call": round(s_ms, 3), "openai_sdk_over_product": round(s_ms / p_ms, 2),
+        "openai_sdk_version": __import__("openai").__version__,
+        "openai_sdk_wall_s_per_round": [round(w, 2) for _, w in sdk],
         "product_wall_s_per_round": [round(w, 2) for _, w in product],
         "bare_wall_s_per_round": [round(w, 2) for _, w in bare],
         # Measured once on 2026-12-03 with the same script against commit 8d9a9fd's client

@@ -120,7 +120,7 @@ def test_service_under_load(tmp_path):
     try:
         llm_url = llm.base_url
         port = free_port()
-        sets = {"llm.backend": "openai", "llm.api_base": llm_url, "llm.model": "bench",
+        sets = {"llm.backend": "openai", "llm.preflight": "false", "llm.api_base": llm_url, "llm.model": "bench",
                 "llm.concurrency": str(LLM_CONCURRENCY), "storage.warehouse": wh, "storage.index_dir": index_dir,
                 "storage.cache_dir": str(tmp_path / "cache")}
         service = start_service(port, sets, tmp_path / "serve.log", "--max-concurrent", str(SERVICE_WORKERS))

@@ -67,7 +67,7 @@ def _common(server_url: str, s3) -> dict:
     (tests/benchmarks/test_scale.py), the store's settings, and Spark's parallelism fixed at 2 so
     that the two builds cut the same Spark partitions (extraction packs units within one)."""
     return {
-        "llm": {"backend": "openai", "api_base": server_url, "model": "scripted-scale", "concurrency": CONCURRENCY,
+        "llm": {"backend": "openai", "preflight": False, "api_base": server_url, "model": "scripted-scale", "concurrency": CONCURRENCY,
                 "timeout_s": 300},
         "embeddings": {"backend": "openai", "api_base": server_url, "model": "scripted-scale-embed"},
         "chunk": {"size_tokens": 300, "overlap_tokens": 40},

@@ -86,7 +86,7 @@ def _publish(tmp, s3) -> dict[str, str]:
 def _config_file(tmp, s3, chat_url: str, embed_url: str):
     data = {
         "base": str(REPO / "conf" / "local.yaml"),
-        "llm": {"backend": "openai", "api_base": chat_url, "model": "bench", "concurrency": 2, "timeout_s": 30},
+        "llm": {"backend": "openai", "preflight": False, "api_base": chat_url, "model": "bench", "concurrency": 2, "timeout_s": 30},
         "embeddings": {"backend": "openai", "api_base": embed_url, "model": EMBED_MODEL, "cache": False},
         "storage": {"warehouse": WAREHOUSE, "index_dir": INDEX_DIR, "cache_dir": str(tmp / "cache"),
                     "s3": {"endpoint": s3.endpoint, "region": s3.region, "access_key": s3.access_key,

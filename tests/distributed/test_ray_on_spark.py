@@ -54,7 +54,7 @@ def _overlay(root: Path, spark_master: str, ray_root: Path, api_base: str) -> Pa
                   "extra": {"spark.sql.warehouse.dir": str(root / "spark-warehouse")}},
         "ray": {"actors": 1, "spark_workers": 1, "spark_cpus_per_worker": 1, "spark_object_store_mb": 256,
                 "spark_temp_dir": str(ray_root)},
-        "llm": {"backend": "openai", "api_base": api_base, "model": "scripted", "concurrency": 2},
+        "llm": {"backend": "openai", "preflight": False, "api_base": api_base, "model": "scripted", "concurrency": 2},
         "storage": {"warehouse": str(root / "warehouse"), "index_dir": str(root / "index"),
                     "cache_dir": str(root / "cache")},
         "ingest": {"inputs": [str(DOCS / name) for name in INPUTS]},

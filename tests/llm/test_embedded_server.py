@@ -66,7 +66,7 @@ def test_schema_constrained_answers_tokens_and_cache(tmp_path):
         assert server.running and port_open(port)
         assert server.base_url == f"http://127.0.0.1:{port}/v1" and server.model == "smollm2"
         chat = open_chat_model(LLMSection(backend="embedded"), tmp_path / "cache", base_url=server.base_url)
-        assert chat.schema_style == "llama_cpp"
+        assert chat.profile == "llama_cpp"
 
         first = chat.complete(requests())
         assert [r.id for r in first] == ["t0", "t1", "t2"]

@@ -25,7 +25,9 @@ def engine(tmp_path_factory):
     store = IndexStore(*build_tiny_index(tmp))
     with EmbeddedServer(log_path=tmp / "server.log") as server:
         chat = open_chat_model(LLMSection(backend="embedded", concurrency=2), tmp / "cache", base_url=server.base_url)
-        section = QuerySection(max_tokens=120, drift={"breadth": 2, "depth": 1, "primer_reports": 2})
+        # the bundled model's context budget (conf/local.yaml): the default is sized for real models
+        section = QuerySection(max_tokens=120, max_context_tokens=1800,
+                               drift={"breadth": 2, "depth": 1, "primer_reports": 2})
         yield QueryEngine(store, chat, FakeEmbedder(), section, REPO / "conf")
 
 

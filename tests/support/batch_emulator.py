@@ -58,7 +58,15 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message, "type": "invalid_request_error"}}, status=status)
 
 
-def make_app(delay_s: float = 2.0, log_path: str | None = None) -> web.Application:
+def make_app(delay_s: float = 2.0, log_path: str | None = None, *,
+             prefixes: tuple[tuple[str, str], ...] = (("/v1", "/v1/chat/completions"),), line_check=None,
+             create_check=None, own_routes: bool = True, middlewares=()) -> web.Application:
+    """The emulator's app. The conformance servers (provider_server.py) reuse it with their own
+    (route prefix, batch endpoint and line url) pairs (Azure: /openai with /chat/completions,
+    /openai/v1 with /v1/chat/completions), a `line_check(body) -> (status, error body) | None` that
+    refuses a line's body as the synchronous endpoint would (an error line), a
+    `create_check(body)` for the batch's own settings, and no routes of their own (own_routes
+    False: no chat, control or stats here)."""
     ids = itertools.count(1)
     files: dict[str, dict] = {}
     batches: dict[str, dict] = {}
@@ -121,9 +129,13 @@ def make_app(delay_s: float = 2.0, log_path: str | None = None) -> web.Applicati
         f = files.get(body.get("input_file_id") or "")
         if f is None:
             return _error(404, f"no such file {body.get('input_file_id')!r}")
-        endpoint = body.get("endpoint")
-        if endpoint != "/v1/chat/completions":
-            return _error(400, "only /v1/chat/completions is emulated")
+        refused = create_check(body) if create_check is not None else None
+        if refused is not None:
+            return web.json_response(refused[1], status=refused[0])
+        # the endpoint of the longest prefix the request came in under
+        endpoint = max(((p, e) for p, e in prefixes if request.path.startswith(p + "/")), key=lambda x: len(x[0]))[1]
+        if body.get("endpoint") != endpoint:
+            return _error(400, f"only {endpoint} is emulated")
         now = time.time()
         bid = f"batch_{next(ids):06d}"
         lines, errors = validate(f["data"], endpoint)
@@ -160,6 +172,10 @@ def make_app(delay_s: float = 2.0, log_path: str | None = None) -> web.Applicati
                     "code": "batch_expired",
                     "message": "This request could not be executed before the completion window expired."}})
                 note("expired", b["id"], cid)
+            elif line_check is not None and (refusal := line_check(line["body"])) is not None:
+                err.append({"id": f"batch_req_{rid}", "custom_id": cid, "error": None, "response": {
+                    "status_code": refusal[0], "request_id": rid, "body": refusal[1]}})
+                note("refused", b["id"], cid, refusal[0])
             elif control["fail_lines"] > 0:
                 control["fail_lines"] -= 1
                 status = int(control["fail_status"])
@@ -238,17 +254,19 @@ def make_app(delay_s: float = 2.0, log_path: str | None = None) -> web.Applicati
     async def get_stats(request: web.Request) -> web.Response:
         return web.json_response(stats)
 
-    app = web.Application(client_max_size=256 * 1024 * 1024)
-    app.router.add_post("/v1/files", upload)
-    app.router.add_get("/v1/files/{fid}", file_meta)
-    app.router.add_get("/v1/files/{fid}/content", file_content)
-    app.router.add_post("/v1/batches", create)
-    app.router.add_get("/v1/batches", list_batches)
-    app.router.add_get("/v1/batches/{bid}", get_batch)
-    app.router.add_post("/v1/batches/{bid}/cancel", cancel)
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_post("/control", set_control)
-    app.router.add_get("/stats", get_stats)
+    app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=list(middlewares))
+    for prefix, _ in prefixes:
+        app.router.add_post(f"{prefix}/files", upload)
+        app.router.add_get(f"{prefix}/files/{{fid}}", file_meta)
+        app.router.add_get(f"{prefix}/files/{{fid}}/content", file_content)
+        app.router.add_post(f"{prefix}/batches", create)
+        app.router.add_get(f"{prefix}/batches", list_batches)
+        app.router.add_get(f"{prefix}/batches/{{bid}}", get_batch)
+        app.router.add_post(f"{prefix}/batches/{{bid}}/cancel", cancel)
+    if own_routes:
+        app.router.add_post(f"{prefixes[0][0]}/chat/completions", chat)
+        app.router.add_post("/control", set_control)
+        app.router.add_get("/stats", get_stats)
     return app
 
 

@@ -116,7 +116,7 @@ def _minimal(schema: dict):
 
 def answer_for(body: dict, lexical_query: bool = False) -> str:
     fmt = body.get("response_format") or {}
-    schema = (fmt.get("json_schema") or {}).get("schema") or fmt.get("schema") or {}
+    schema = (fmt.get("json_schema") or {}).get("schema") or fmt.get("schema") or fmt.get("value") or {}
     messages = body.get("messages") or []
     user = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
     props = schema.get("properties") or {}

@@ -58,7 +58,7 @@ def test_query_section_is_nested_by_concern():
     assert (cfg.query.retrieval.damping, cfg.query.retrieval.iterations, cfg.query.retrieval.keep_dense) == (0.5, 30, 5)
     assert cfg.query.global_.level == 2 and cfg.query.global_.prompt_map == "prompts/global_map.txt"
     assert cfg.query.drift.breadth == 4 and cfg.query.drift.prompt == "prompts/drift_primer.txt"
-    assert cfg.query.top_k_units == 5 and cfg.query.max_context_tokens == 1800
+    assert cfg.query.top_k_units == 5 and cfg.query.max_context_tokens == 12000  # sized for real models
 
 
 @pytest.mark.parametrize("old, new", [

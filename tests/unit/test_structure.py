@@ -161,7 +161,7 @@ LAYERS = (
     ("corpusgraph.cli",),
     ("serving",),
     ("corpusgraph.runner", "corpusgraph.export", "corpusgraph.report"),
-    ("corpusgraph.query", "corpusgraph.estimate"),
+    ("corpusgraph.query", "corpusgraph.estimate", "corpusgraph.evaluate"),
     ("corpusgraph.stages",),
     ("corpusgraph.llm", "corpusgraph.storage"),
     ("corpusgraph.config", "corpusgraph.sections", "corpusgraph.tables", "corpusgraph.prompts", "corpusgraph.text",

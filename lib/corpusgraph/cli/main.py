@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from corpusgraph.cli.common import add_config_options
 from corpusgraph.cli.common import config_from_args as _config
 from corpusgraph.config import Config, ConfigError
+from corpusgraph.runner.failures import StageFailed
 from corpusgraph.storage.diskfull import DiskFullError
 from corpusgraph.storage.runlock import RunLocked, refuse_if_running
 
@@ -73,6 +74,7 @@ def _run_pipeline(args, kind: str, run) -> int:
     t0 = time.perf_counter()
     spark = _spark(cfg, args)
     ctx = RunContext(cfg, spark, kind=kind)
+    ctx.preflight = not getattr(args, "no_preflight", False)
     try:
         # ray.address 'spark': Ray on this application's Spark workers, up from the first stage
         # that needs it until the run ends (runner/passes/cluster.py); any other address: nothing.
@@ -131,7 +133,7 @@ def cmd_query(args) -> int:
     from corpusgraph.query.open import open_query_engine
 
     cfg = _config(args)
-    with ChatEndpoint(cfg.llm, Path(cfg.storage.cache_dir) / "embedded-server-query.log") as endpoint:
+    with ChatEndpoint(cfg.llm.for_stage("query"), Path(cfg.storage.cache_dir) / "embedded-server-query.log") as endpoint:
         engine = open_query_engine(cfg, endpoint.url())
         for question in args.question:
             answer = engine.ask(question, method=args.method, level=args.level)
@@ -180,11 +182,12 @@ def cmd_prompt_tune(args) -> int:
     cfg = _config(args)
     rows, source = _units_for_tuning(cfg, args.ingest)
     base = load_prompt(cfg.prompt_path(cfg.extract.prompt))
-    with ChatEndpoint(cfg.llm, Path(cfg.storage.cache_dir) / "embedded-server.log") as endpoint:
-        chat = open_chat_model(cfg.llm, cfg.storage.cache_dir, base_url=endpoint.url())
+    llm = cfg.llm.for_stage("extract")
+    with ChatEndpoint(llm, Path(cfg.storage.cache_dir) / "embedded-server.log") as endpoint:
+        chat = open_chat_model(llm, cfg.storage.cache_dir, base_url=endpoint.url())
         res = tune(chat, rows, cfg.extract, base, n=args.n, max_types=args.max_types, n_examples=args.examples,
                    seed=args.seed)
-    written = write_prompt_folder(args.out, res, base, cfg.prompt_path(cfg.extract.prompt).parent, source, cfg.llm.model)
+    written = write_prompt_folder(args.out, res, base, cfg.prompt_path(cfg.extract.prompt).parent, source, llm.model)
     print(f"sampled {res.sampled} units of {source}; entity types: {', '.join(res.entity_types)}; "
           f"{len(res.examples)} examples; {res.tokens_in} + {res.tokens_out} tokens")
     for note in res.notes:
@@ -226,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(sp)
     verbose(sp)
     sp.add_argument("--stages", help="comma-separated subset of stages to run, in pipeline order")
+    sp.add_argument("--no-preflight", action="store_true", help="skip the one request of each kind sent to the "
+                    "endpoints before the first stage (llm.preflight: false does the same)")
     sp.add_argument("--submitted", action="store_true", help=argparse.SUPPRESS)  # set by jobs/index.py
     sp.set_defaults(func=cmd_index)
 
@@ -262,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("update", help="incremental refresh: new, changed and deleted documents")
     add_config_options(sp)
     verbose(sp)
+    sp.add_argument("--no-preflight", action="store_true", help="skip the endpoints' check before the first stage")
     sp.add_argument("--submitted", action="store_true", help=argparse.SUPPRESS)  # set by jobs/update.py
     sp.set_defaults(func=cmd_update)
 
@@ -282,6 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
     from corpusgraph.cli.report import register as add_report_command  # the HTML page of an index
 
     add_report_command(sub)
+    from corpusgraph.cli.doctor import register as add_doctor_command  # the endpoints checked
+
+    add_doctor_command(sub)
+    from corpusgraph.cli.eval import register as add_eval_command  # answer quality on a question file
+
+    add_eval_command(sub)
     return p
 
 
@@ -298,6 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DiskFullError as exc:
         print(f"corpusgraph: error: {exc.strerror}", file=sys.stderr)
         return 4
+    except StageFailed as exc:  # an endpoint refused a stage's calls (or the preflight): nothing built on it
+        print(f"corpusgraph: stopped: {exc}", file=sys.stderr)
+        return 5
 
 
 if __name__ == "__main__":

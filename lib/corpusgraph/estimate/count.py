@@ -104,7 +104,7 @@ class ExtractCounting:
     def of(cls, cost: CostSections, prompt_path: Callable[[str], Path]) -> "ExtractCounting":
         """prompt_path: a prompt file's path from its configured name (Config.prompt_path)."""
         ex, llm = cost.extract, cost.llm
-        prompts = extract_identity(ex, prompt_path, llm.model)[0] if ex.method == "llm" else None
+        prompts = extract_identity(ex, prompt_path, llm.for_stage("extract").model)[0] if ex.method == "llm" else None
         return cls(ex, prompts, llm.temperature, counter_spec(cost.estimate, llm.backend))
 
     def requests(self, rows: Sequence[dict]) -> list[ChatRequest]:

@@ -84,6 +84,10 @@ class Estimate:
     # llm.backend openai_batch: the price factor, the stages it applies to and their tokens
     # (every `usd` entry is then priced so, and says so in its name); None for synchronous backends.
     batch: dict | None = None
+    # Each LLM stage's model (llm.stages overrides llm) and its tokens at that model's configured
+    # price: the "configured" entry of `usd` is their sum.
+    stage_models: dict[str, str] = field(default_factory=dict)
+    stage_usd: dict[str, float] = field(default_factory=dict)
 
     @property
     def llm_tokens_in(self) -> int:
@@ -196,13 +200,33 @@ def _usd(tin: int, tout: int, per_m_in: float, per_m_out: float) -> float:
     return tin / 1e6 * per_m_in + tout / 1e6 * per_m_out
 
 
+def _configured(est: Estimate, llm: LLMSection, factor: float | None = None) -> tuple[str, float]:
+    """("configured (<model>)", dollars): each stage's tokens at its own model's configured price
+    (llm.stages.<stage>.usd_per_1k_*, else llm's); factor: the batch price factor of batched stages."""
+    total = 0.0
+    for s in est.stages:
+        if not s.llm:
+            continue
+        own = llm.for_stage(s.stage)
+        usd = _usd(s.tokens_in, s.tokens_out, own.usd_per_1k_in * 1000, own.usd_per_1k_out * 1000)
+        if factor is not None and s.stage in llm.batch.stages:
+            usd *= factor
+        est.stage_models[s.stage], est.stage_usd[s.stage] = own.model, usd
+        total += usd
+    models = set(est.stage_models.values()) or {llm.model}
+    label = next(iter(models)) if len(models) == 1 else \
+        "per stage: " + ", ".join(f"{k} {v}" for k, v in est.stage_models.items())
+    return f"configured ({label})", total
+
+
 def price(est: Estimate, llm: LLMSection, estimate: EstimateSection) -> None:
-    """Dollars per priced model (estimate.prices and the configured model), GPU-hours and wall
-    time of the estimate's LLM tokens, set on `est`."""
+    """Dollars per priced model (estimate.prices, all tokens at that model; and the configured
+    models, each stage at its own), GPU-hours and wall time of the estimate's LLM tokens, set on `est`."""
     tin, tout = est.llm_tokens_in, est.llm_tokens_out
     est.prices_as_of = estimate.prices_as_of
     est.usd = {name: _usd(tin, tout, p.usd_per_1m_in, p.usd_per_1m_out) for name, p in estimate.prices.items()}
-    est.usd[f"configured ({llm.model})"] = _usd(tin, tout, llm.usd_per_1k_in * 1000, llm.usd_per_1k_out * 1000)
+    name, usd = _configured(est, llm)
+    est.usd[name] = usd
     if llm.backend == "openai_batch":
         _price_batch(est, llm, estimate)
     est.gpu_hours = (tin / estimate.gpu_prefill_tokens_per_s + tout / estimate.gpu_decode_tokens_per_s) / 3600
@@ -224,8 +248,8 @@ def _price_batch(est: Estimate, llm: LLMSection, estimate: EstimateSection) -> N
     est.usd = {f"{name}, batch x{(p.batch_factor if p.batch_factor is not None else factor):g}":
                priced(p.usd_per_1m_in, p.usd_per_1m_out, p.batch_factor if p.batch_factor is not None else factor)
                for name, p in estimate.prices.items()}
-    est.usd[f"configured ({llm.model}), batch x{factor:g}"] = priced(
-        llm.usd_per_1k_in * 1000, llm.usd_per_1k_out * 1000, factor)
+    name, usd = _configured(est, llm, factor)
+    est.usd[f"{name}, batch x{factor:g}"] = usd
     est.batch = {"price_factor": factor, "stages": [s.stage for s in stages], "tokens_in": bin_, "tokens_out": bout}
 
 

@@ -44,7 +44,7 @@ def warehouse_rates(wh, cost: CostSections, prompt_path: PromptPath, *, source: 
     from corpusgraph.stages.extract.llm import extract_identity
 
     fallback = Rates.configured(cost.estimate, cost.extract, cost.reports)
-    _, phash, model = extract_identity(cost.extract, prompt_path, cost.llm.model)
+    _, phash, model = extract_identity(cost.extract, prompt_path, cost.llm.for_stage("extract").model)
     counting = ExtractCounting.of(cost, prompt_path)
     units = wh.read("text_units")
     ex = wh.read("extractions").where((F.col("prompt_hash") == phash) & (F.col("model") == model)

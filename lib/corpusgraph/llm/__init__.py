@@ -1,7 +1,8 @@
 """The LLM layer: one small protocol, one HTTP client, the embedded CPU model.
 
-Importing this package starts nothing and opens nothing; aiohttp and httpx (the Batch API's
-client) are its only non-stdlib imports beyond numpy (base.py). llama-cpp-python is never imported here: the embedded server runs it
+Importing this package starts nothing and opens nothing; aiohttp and httpx are its only non-stdlib
+imports beyond numpy (base.py); the official `openai` package is imported on first use by the Batch
+API's calls (batch_api.py) only. llama-cpp-python is never imported here: the embedded server runs it
 in a subprocess.
 """
 

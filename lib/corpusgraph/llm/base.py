@@ -60,6 +60,11 @@ class ChatResult:
     error: str | None = None
     seconds: float = 0.0
     finish_reason: str | None = None  # "stop", "length", ... as the server said
+    # A refused request: the HTTP status and the provider's error code and parameter, where given
+    # (the run's failure summary groups by them; doctor maps them to the setting that fixes it).
+    status: int | None = None
+    error_code: str | None = None
+    error_param: str | None = None
 
 
 @runtime_checkable

@@ -1,8 +1,9 @@
 """Where a stage or a command sends its chat requests: one context manager for every caller.
 
-With `llm.backend: embedded` the endpoint is the bundled model served on localhost, started on
-first use (a run with nothing to send never pays the start-up) and stopped on exit; with any
-other backend it is `llm.api_base` and nothing is started.
+With `llm.backend: embedded` (for the whole run, or for the stage whose section `url` is given)
+the endpoint is the bundled model served on localhost, started on first use (a run with nothing
+to send never pays the start-up) and stopped on exit; with any other backend `url` is None (the
+clients read the section's own endpoints) and nothing is started.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ __all__ = ["ChatEndpoint"]
 class ChatEndpoint:
     """`with ChatEndpoint(cfg.llm, log_path) as ep: ep.url()`.
 
-    url() returns the base URL the OpenAI-compatible clients call. `log` is told when the
-    embedded server starts, since that takes seconds and a person watching should know why.
+    url(section) returns the base URL the OpenAI-compatible clients call for `section` (a stage's
+    llm section; default the one given here), or None where the section names its own endpoints.
+    `log` is told when the embedded server starts, since that takes seconds and a person watching
+    should know why.
     """
 
     def __init__(self, llm: LLMSection, log_path: str | Path, log: Callable[[str], None] | None = None) -> None:
@@ -28,15 +31,16 @@ class ChatEndpoint:
         self._log = log
         self._server = None
 
-    def url(self) -> str | None:
-        if self.llm.backend != "embedded":
-            return self.llm.api_base
+    def url(self, section: LLMSection | None = None) -> str | None:
+        llm = section or self.llm
+        if llm.backend != "embedded":
+            return None
         if self._server is None:
             from corpusgraph.llm.server import EmbeddedServer
 
             if self._log is not None:
-                self._log(f"starting the embedded model server ({self.llm.model}, CPU)")
-            server = EmbeddedServer(n_ctx=self.llm.n_ctx, model_alias=self.llm.model, log_path=self.log_path)
+                self._log(f"starting the embedded model server ({llm.model}, CPU)")
+            server = EmbeddedServer(n_ctx=llm.n_ctx, model_alias=llm.model, log_path=self.log_path)
             server.start()
             self._server = server
         return self._server.base_url

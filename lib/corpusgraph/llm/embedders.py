@@ -25,17 +25,21 @@ def open_embedder(section: EmbeddingSection, cache_dir: str | Path | None) -> Em
                               windows=section.windows)
     if section.backend == "openai":
         from corpusgraph.llm.cache import ResponseCache
-        from corpusgraph.llm.factory import client_limits
+        from corpusgraph.llm.factory import client_limits, embed_endpoint
         from corpusgraph.llm.openai_embed import OpenAIEmbedder
 
         cache = ResponseCache(Path(cache_dir) / EMBED_CACHE_FILE) if section.cache and cache_dir else None
+        ep = embed_endpoint(section)
         return OpenAIEmbedder(
             model=section.model,
             base_url=section.endpoint_urls(),
-            api_key=section.api_key.get_secret_value() if section.api_key else None,
+            api_key=ep.api_key,
             batch_size=section.batch_size,
             cache=cache,
             max_input_chars=section.max_input_chars,
+            route=ep.route,
+            tokens=ep.tokens,
+            body_model=ep.model,
             **client_limits(section),
         )
     raise ValueError(f"unknown embeddings.backend {section.backend!r}")

@@ -26,9 +26,11 @@ import httpx
 from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.connections import LoopClients
 from corpusgraph.llm.endpoints import EndpointPool
+from corpusgraph.llm.profiles import profile
+from corpusgraph.llm.routes import Route, TokenSource
 
 __all__ = ["EndpointClient", "RETRY_AFTER_CAP_S", "Reply", "Retryable", "Fatal", "post", "backoff_delay", "new_http_client", "env_route", "run_blocking",
-           "server_message", "error_message", "retry_after"]
+           "server_message", "error_message", "error_details", "error_fields", "retry_after"]
 
 _T = TypeVar("_T")
 
@@ -53,7 +55,13 @@ class Retryable(Exception):
 
 
 class Fatal(Exception):
-    """A failure another try will not fix (a 4xx other than 429)."""
+    """A failure another try will not fix (a 4xx other than 429). status, code, param: the HTTP
+    status and the provider's error code and parameter, where it gave them (doctor reads them)."""
+
+    def __init__(self, reason: str, status: int | None = None, code: str | None = None,
+                 param: str | None = None) -> None:
+        super().__init__(reason)
+        self.status, self.code, self.param = status, code, param
 
 
 class Reply:
@@ -77,10 +85,12 @@ class Reply:
         return json.loads(self.content)
 
 
-async def post(client: aiohttp.ClientSession, url: str, body: dict[str, Any], timeout_s: float) -> Reply:
-    """POST `body` as JSON; the 200 response, or Retryable / Fatal saying why not."""
+async def post(client: aiohttp.ClientSession, url: str, body: dict[str, Any], timeout_s: float,
+               headers: dict[str, str] | None = None) -> Reply:
+    """POST `body` as JSON; the 200 response, or Retryable / Fatal saying why not. headers: this
+    request's own (an Entra token), besides the session's."""
     try:
-        async with client.post(url, json=body, allow_redirects=False) as resp:
+        async with client.post(url, json=body, allow_redirects=False, headers=headers) as resp:
             reply = Reply(resp.status, await resp.read(), resp.headers, resp.reason or "")
     except aiohttp.ConnectionTimeoutError as exc:
         # Only a failed connect marks the endpoint down: a dropped keep-alive connection
@@ -98,7 +108,8 @@ async def post(client: aiohttp.ClientSession, url: str, body: dict[str, Any], ti
     if status == 429 or status >= 500:
         raise Retryable(f"HTTP {status}: {server_message(reply)}", retry_after(reply))
     if status != 200:
-        raise Fatal(f"HTTP {status}: {server_message(reply)}")
+        message, code, param = error_fields(reply)
+        raise Fatal(f"HTTP {status}: {message}", status, code, param)
     return reply
 
 
@@ -112,15 +123,15 @@ def backoff_delay(attempt: int, retry_after_s: float | None, base_s: float, max_
 
 
 def new_http_client(max_connections: int, tls: ssl.SSLContext, timeout_s: float,
-                    api_key: str | None, url: str) -> aiohttp.ClientSession:
+                    headers: dict[str, str], url: str) -> aiohttp.ClientSession:
     """An aiohttp session for one endpoint shard (connections.LoopClients makes them, inside
-    the event loop that uses it). url: the endpoint it talks to, whose proxy and .netrc login
+    the event loop that uses it). headers: what every request carries (the credentials,
+    routes.Route.static_headers). url: the endpoint it talks to, whose proxy and .netrc login
     from the environment are looked up once here (`env_route`)."""
     connector = aiohttp.TCPConnector(limit=max_connections, ssl=tls)
     # A total budget per attempt; connect gets less so a dead host fails fast.
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(10.0, timeout_s))
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    proxy, proxy_auth, auth = env_route(url, with_login=not api_key)
+    proxy, proxy_auth, auth = env_route(url, with_login=not headers)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers, proxy=proxy,
                                  proxy_auth=proxy_auth, auth=auth)
 
@@ -186,8 +197,12 @@ class EndpointClient:
     def __init__(self, model: str, base_url: str | Sequence[str], api_key: str | None, concurrency: int,
                  timeout_s: float, max_retries: int, cache: ResponseCache | None,
                  max_in_flight_per_endpoint: int | None, tokens_per_minute: int | None,
-                 backoff_base_s: float, backoff_max_s: float) -> None:
+                 backoff_base_s: float, backoff_max_s: float, route: Route | None = None,
+                 tokens: TokenSource | None = None, profile_name: str = "openai_compatible") -> None:
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self.route = route or Route(profile(profile_name))
+        self.tokens = tokens  # an Entra ID token source: a bearer token per request
+        self.headers = self.route.static_headers(api_key, entra=tokens is not None)
         self.model = model
         self.pool = EndpointPool(urls, max_in_flight=concurrency, max_in_flight_per_endpoint=max_in_flight_per_endpoint,
                                  tokens_per_minute=tokens_per_minute)
@@ -204,30 +219,60 @@ class EndpointClient:
         return backoff_delay(attempt, retry_after_s, self.backoff_base_s, self.backoff_max_s)
 
     def _new_client(self, url: str, max_connections: int, tls: ssl.SSLContext) -> aiohttp.ClientSession:
-        return new_http_client(max_connections, tls, self.timeout_s, self.api_key, url)
+        return new_http_client(max_connections, tls, self.timeout_s, self.headers, url)
+
+    async def _auth(self) -> dict[str, str] | None:
+        """This request's own headers: an Entra ID bearer token (fetched off the loop when the
+        cached one is near its end), or None."""
+        if self.tokens is None:
+            return None
+        token = self.tokens.fresh() or await asyncio.to_thread(self.tokens.get)
+        return {"Authorization": f"Bearer {token}"}
 
 
 def server_message(resp: Reply | httpx.Response) -> str:
     """The server's own words: OpenAI's {"error": {"message"}}, FastAPI's {"detail"}, or raw text."""
+    return error_fields(resp)[0]
+
+
+def error_fields(resp: Reply | httpx.Response) -> tuple[str, str | None, str | None]:
+    """(message, code, param) of an error response (see error_details)."""
     try:
         data = resp.json()
     except ValueError:
-        return resp.text.strip()[:300] or resp.reason_phrase
-    return error_message(data)
+        return (resp.text.strip()[:_MESSAGE_CHARS] or resp.reason_phrase), None, None
+    return error_details(data)
+
+
+_MESSAGE_CHARS = 500
 
 
 def error_message(data: Any) -> str:
-    """The message of an error body already parsed: OpenAI's {"error": {"message"}} or {"error": "..."},
-    FastAPI's {"detail"}, else the body as text; at most 300 characters."""
+    """The message of an error body already parsed (see error_details)."""
+    return error_details(data)[0]
+
+
+def error_details(data: Any) -> tuple[str, str | None, str | None]:
+    """(message, code, param) of an error body already parsed, in the shapes servers answer:
+    {"error": {"message", "code", "param"}} (OpenAI, Azure, vLLM, Ollama's /v1), {"error": "..."}
+    (Ollama's and TEI's own APIs, TGI), a top-level {"message"} (TEI's /v1/embeddings, Azure's
+    401 to a bearer token it refuses), FastAPI's {"detail"} (llama-cpp-python); else the body as
+    text. The message is cut at 500 characters; code is the error code or else its type."""
+    def text(v: Any) -> str | None:
+        return None if v is None else str(v)
+
     if isinstance(data, dict):
         err = data.get("error")
         if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:300]
+            return (str(err["message"])[:_MESSAGE_CHARS], text(err.get("code") if err.get("code") is not None
+                                                                else err.get("type")), text(err.get("param")))
         if isinstance(err, str):
-            return err[:300]
+            return err[:_MESSAGE_CHARS], text(data.get("error_type")), None
+        if isinstance(data.get("message"), str):
+            return data["message"][:_MESSAGE_CHARS], text(data.get("code") or data.get("type")), None
         if "detail" in data:
-            return str(data["detail"])[:300]
-    return str(data)[:300]
+            return str(data["detail"])[:_MESSAGE_CHARS], None, None
+    return str(data)[:_MESSAGE_CHARS], None, None
 
 
 def retry_after(resp: Reply | httpx.Response) -> float | None:

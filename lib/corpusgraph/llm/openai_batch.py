@@ -34,28 +34,21 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-import httpx
 
 from corpusgraph.llm.base import ChatRequest, ChatResult
+from corpusgraph.llm.batch_api import BatchAPI, BatchAPIError, as_dict
 from corpusgraph.llm.batch_records import BatchRecords, line_outcome
 from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.chat_cache import from_stored, lookup, request_key
-from corpusgraph.llm.http_common import retry_after, server_message
-from corpusgraph.llm.openai_http import SchemaStyle, request_body
+from corpusgraph.llm.profiles import profile
+from corpusgraph.llm.routes import Route, TokenSource, azure_uses_v1
+from corpusgraph.llm.shape import RequestShaper
 
 __all__ = ["OpenAIBatchChatModel", "BatchRecords", "BatchAPIError", "ENDPOINT"]
 
 ENDPOINT = "/v1/chat/completions"
 _TERMINAL = frozenset({"completed", "expired", "failed", "cancelled"})
 _FIND_PAGES = 20  # pages of 100 batches searched for the one a file was submitted as
-
-
-class BatchAPIError(Exception):
-    """The batch API itself (files, batches) refused or kept failing."""
-
-    def __init__(self, message: str, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.retryable = retryable
 
 
 class OpenAIBatchChatModel:
@@ -69,13 +62,24 @@ class OpenAIBatchChatModel:
     def __init__(self, model: str, base_url: str, *, state_dir: str | Path, api_key: str | None = None,
                  cache: ResponseCache | None = None, poll_s: float = 30.0, completion_window: str = "24h",
                  max_lines: int = 50_000, max_bytes: int = 100_000_000, max_retries: int = 3,
-                 timeout_s: float = 180.0, max_wait_s: float | None = None, schema_style: SchemaStyle = "openai",
-                 log=None) -> None:
+                 timeout_s: float = 180.0, max_wait_s: float | None = None, shaper: RequestShaper | None = None,
+                 route: Route | None = None, tokens: TokenSource | None = None, log=None) -> None:
+        """shaper, route, tokens: the endpoint's request shaping, URLs and Entra ID token source
+        (factory.chat_endpoint); by default an openai_compatible endpoint at base_url."""
         self.model, self.base_url, self.api_key, self.cache = model, base_url.rstrip("/"), api_key, cache
         self.records = BatchRecords(state_dir)
         self.poll_s, self.completion_window, self.max_wait_s = poll_s, completion_window, max_wait_s
         self.max_lines, self.max_bytes, self.max_retries = max_lines, max_bytes, max_retries
-        self.timeout_s, self.schema_style = timeout_s, schema_style
+        self.timeout_s = timeout_s
+        self.shaper = shaper or RequestShaper(profile("openai_compatible"), model)
+        self.route = route or Route(self.shaper.profile)
+        self.tokens = tokens
+        # A line's url and the batch's endpoint: the profile's (OpenAI /v1/chat/completions, Azure's
+        # dated API /chat/completions; Azure's v1 API the /v1 form, an assumption: its batch page
+        # shows only /v1/responses lines).
+        azure = self.route.profile.auth == "azure"
+        self.line_url = ("/v1/chat/completions" if azure and azure_uses_v1(self.route.api_version)
+                         else self.route.profile.batch_url or ENDPOINT)
         self._log = log or (lambda msg: print(f"[corpusgraph]   {msg}", file=sys.stderr, flush=True))
         self._live: dict[str, dict] = {}  # record name -> record, batches this process polls
         self._keysets: dict[str, set[str]] = {}
@@ -83,7 +87,7 @@ class OpenAIBatchChatModel:
         self._fresh: dict[str, ChatResult] = {}  # answers fetched here, not yet handed out (paid, not cached)
         self._failed: dict[str, ChatResult] = {}  # final errors, not yet handed out
         self._seen: dict[str, tuple] = {}  # batch id -> last (status, counts) logged
-        self._http: httpx.Client | None = None
+        self.api = BatchAPI(self.base_url, self.route, api_key, tokens, timeout_s, max_retries)
 
     def __repr__(self) -> str:  # no api_key: reprs end up in logs
         return f"OpenAIBatchChatModel(model={self.model!r}, base_url={self.base_url!r}, state={str(self.records.folder)!r})"
@@ -121,9 +125,7 @@ class OpenAIBatchChatModel:
         return results  # type: ignore[return-value]
 
     def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
-            self._http = None
+        self.api.close()
 
     # -- what to send ----------------------------------------------------------------------------
     def _key(self, req: ChatRequest) -> str:
@@ -192,8 +194,8 @@ class OpenAIBatchChatModel:
         chunk: list[tuple[str, bytes]] = []
         size = 0
         for key, req in reqs.items():
-            line = (json.dumps({"custom_id": key, "method": "POST", "url": ENDPOINT,
-                                "body": request_body(self.model, req, self.schema_style)},
+            line = (json.dumps({"custom_id": key, "method": "POST", "url": self.line_url,
+                                "body": self.shaper.body(req)},
                                ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
             if chunk and (len(chunk) >= self.max_lines or size + len(line) > self.max_bytes):
                 yield chunk
@@ -226,7 +228,8 @@ class OpenAIBatchChatModel:
                 return
             for rec in pending:
                 try:
-                    batch = self._api("GET", f"/batches/{rec['batch_id']}")
+                    batch = as_dict(self._call(f"GET /batches/{rec['batch_id']}",
+                                       lambda c: c.batches.retrieve(rec["batch_id"])))
                 except BatchAPIError as exc:
                     if exc.retryable:  # the API is down: try again on the next run
                         self._give_up(rec, f"could not be polled: {exc}")
@@ -307,53 +310,15 @@ class OpenAIBatchChatModel:
             for key in again:
                 self._failed[key] = ChatResult(id=key, text=None, error=f"{retry[key]} (gave up after {attempt} batches)")
 
-    # -- the HTTP side -------------------------------------------------------------------------
-    def _client(self) -> httpx.Client:
-        if self._http is None:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._http = httpx.Client(headers=headers, timeout=httpx.Timeout(self.timeout_s, connect=min(10.0, self.timeout_s)))
-        return self._http
-
-    def _request(self, method: str, path: str, tries: int | None = None, **kw) -> httpx.Response:
-        """One API call, with backoff over connection errors, 429 and 5xx; a 4xx raises at once."""
-        tries = tries or self.max_retries + 3
-        why = ""
-        for attempt in range(tries):
-            wait = None
-            try:
-                resp = self._client().request(method, self.base_url + path, **kw)
-            except httpx.TransportError as exc:
-                why = f"{type(exc).__name__}: {exc}"
-            else:
-                if 200 <= resp.status_code < 300:
-                    return resp
-                why = f"HTTP {resp.status_code}: {server_message(resp)}"
-                if resp.status_code != 429 and resp.status_code < 500:
-                    raise BatchAPIError(f"{method} {path}: {why}")
-                wait = retry_after(resp)
-            if attempt < tries - 1:
-                time.sleep(min(wait if wait is not None else random.uniform(0, min(30.0, 0.5 * 2**attempt)), 120.0))
-        raise BatchAPIError(f"{method} {path}: {why} (gave up after {tries} attempts)", retryable=True)
-
-    def _api(self, method: str, path: str, tries: int | None = None, **kw) -> dict:
-        resp = self._request(method, path, tries, **kw)
-        try:
-            data = resp.json()
-        except ValueError as exc:
-            raise BatchAPIError(f"{method} {path}: not JSON: {resp.text[:200]!r}") from exc
-        if not isinstance(data, dict):
-            raise BatchAPIError(f"{method} {path}: unexpected answer {str(data)[:200]}")
-        return data
+    # -- the API side (llm/batch_api.py) ------------------------------------------------------------
+    def _call(self, what: str, fn, tries: int | None = None):
+        return self.api.call(what, fn, tries)
 
     def _upload(self, name: str, data: bytes) -> str:
-        got = self._api("POST", "/files", data={"purpose": "batch"},
-                        files={"file": (f"corpusgraph-{name}.jsonl", data, "application/jsonl")})
-        if not got.get("id"):
-            raise BatchAPIError(f"POST /files: no file id in {str(got)[:200]}")
-        return str(got["id"])
+        return self.api.upload(f"corpusgraph-{name}.jsonl", data)
 
     def _download(self, file_id: str) -> str:
-        return self._request("GET", f"/files/{file_id}/content").text
+        return self.api.download(file_id)
 
     def _create(self, rec: dict, look_first: bool = True) -> None:
         """POST /batches for the record's uploaded file, once: before a retry (and first, for a
@@ -363,9 +328,10 @@ class OpenAIBatchChatModel:
             found = self._find_batch(rec["input_file_id"]) if look_first or attempt else None
             if found is None:
                 try:
-                    found = self._api("POST", "/batches", tries=1, json={
-                        "input_file_id": rec["input_file_id"], "endpoint": ENDPOINT,
-                        "completion_window": self.completion_window, "metadata": {"corpusgraph_record": rec["name"]}})
+                    found = as_dict(self._call("POST /batches", lambda c: c.batches.create(
+                        input_file_id=rec["input_file_id"], endpoint=self.line_url,
+                        completion_window=self.completion_window, metadata={"corpusgraph_record": rec["name"]}),
+                        tries=1))
                 except BatchAPIError as exc:
                     if not exc.retryable or attempt == self.max_retries + 2:
                         raise
@@ -378,12 +344,12 @@ class OpenAIBatchChatModel:
     def _find_batch(self, input_file_id: str) -> dict | None:
         after = None
         for _ in range(_FIND_PAGES):
-            page = self._api("GET", "/batches", params={"limit": 100, **({"after": after} if after else {})})
-            data = page.get("data") or []
+            page = self._call("GET /batches", lambda c: c.batches.list(limit=100, **({"after": after} if after else {})))
+            data = [as_dict(b) for b in (page.data or [])]
             for b in data:
                 if isinstance(b, dict) and b.get("input_file_id") == input_file_id and b.get("id"):
                     return b
-            if not page.get("has_more") or not data:
+            if not getattr(page, "has_more", False) or not data:
                 return None
             after = data[-1].get("id")
         return None

@@ -35,6 +35,8 @@ import numpy as np
 from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.connections import ClientSet
 from corpusgraph.llm.http_common import EndpointClient, Fatal, Reply, Retryable, post, run_blocking
+from corpusgraph.llm.profiles import profile
+from corpusgraph.llm.routes import Route, TokenSource
 
 __all__ = ["OpenAIEmbedder", "EmbeddingError", "EmbedOutcome", "embedding_cache_key"]
 
@@ -95,12 +97,24 @@ class OpenAIEmbedder(EndpointClient):
         tokens_per_minute: int | None = None,
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 20.0,
+        profile_name: str = "openai_compatible",
+        route: Route | None = None,
+        tokens: TokenSource | None = None,
+        body_model: str | None = None,
     ) -> None:
+        """profile_name / route / tokens: the endpoint's profile, URLs and Entra ID token source
+        (factory.embed_endpoint); body_model: the `model` sent (Azure: the deployment), by
+        default `model`, which keys the cache and the index either way."""
         if batch_size < 1 or concurrency < 1:
             raise ValueError("batch_size and concurrency must be at least 1")
+        route = route or Route(profile(profile_name))
         super().__init__(model, base_url, api_key, concurrency, timeout_s, max_retries, cache,
-                         max_in_flight_per_endpoint, tokens_per_minute, backoff_base_s, backoff_max_s)
-        self.batch_size = batch_size
+                         max_in_flight_per_endpoint, tokens_per_minute, backoff_base_s, backoff_max_s,
+                         route=route, tokens=tokens, profile_name=route.profile.name)
+        # The provider's own cap on inputs per request (TEI 32 by default, OpenAI 2,048) wins.
+        self.batch_size = min(batch_size, route.profile.max_embed_inputs)
+        self.body_model = body_model or model
+        self._embed_urls = {u: route.embed_url(u) for u in self.pool.urls}
         self.max_input_chars = max_input_chars
         self.dim: int | None = None  # fixed by the first answer
         self._dim_lock = threading.Lock()
@@ -202,7 +216,9 @@ class OpenAIEmbedder(EndpointClient):
         got, used, err = await self._request(clients, texts)
         if err is None:
             return list(got), used, [None] * len(texts), 1
-        if len(texts) == 1 or not err.startswith("HTTP 4") or err.startswith("HTTP 429"):
+        # Only a refusal of the body (400 bad input, 413 too large, 422 unreadable) can be one
+        # text's fault; a bad key, an unknown model or a rate limit would fail every half again.
+        if len(texts) == 1 or not err.startswith(("HTTP 400", "HTTP 413", "HTTP 422")):
             return [None] * len(texts), used, [err] * len(texts), 1
         half = len(texts) // 2
         a, b = await asyncio.gather(self._isolating(clients, texts[:half]), self._isolating(clients, texts[half:]))
@@ -210,7 +226,7 @@ class OpenAIEmbedder(EndpointClient):
 
     async def _request(self, clients: ClientSet, texts: list[str]) -> tuple[list[np.ndarray] | None, int, str | None]:
         """(vectors, prompt tokens, None) or (None, tokens, reason); never raises."""
-        body = {"model": self.model, "input": texts, "encoding_format": "float"}
+        body = {"model": self.body_model, "input": texts, "encoding_format": "float"}
         cost = sum(len(t) for t in texts) // 4 + len(texts)
         attempts = self.max_retries + 1
         for attempt in range(attempts):
@@ -237,7 +253,7 @@ class OpenAIEmbedder(EndpointClient):
         raise AssertionError("unreachable")
 
     async def _post(self, client: aiohttp.ClientSession, url: str, body: dict, n: int) -> tuple[list[np.ndarray], int]:
-        return self._parse(await post(client, f"{url}/embeddings", body, self.timeout_s), n)
+        return self._parse(await post(client, self._embed_urls[url], body, self.timeout_s, await self._auth()), n)
 
     def _parse(self, resp: Reply, n: int) -> tuple[list[np.ndarray], int]:
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Awaitable, Callable, Literal, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import aiohttp
 
@@ -23,10 +23,17 @@ from corpusgraph.llm.chat_cache import from_stored, lookup, request_key, stored
 from corpusgraph.llm.connections import ClientSet
 from corpusgraph.llm.endpoints import Lease, estimate_tokens
 from corpusgraph.llm.http_common import EndpointClient, Fatal, Reply, Retryable, post, run_blocking
+from corpusgraph.llm.profiles import Profile, profile
+from corpusgraph.llm.routes import Route, TokenSource
+from corpusgraph.llm.shape import RequestShaper, SchemaError
 
-__all__ = ["OpenAIChatModel", "SchemaStyle", "request_body", "parse_completion_body", "response_format"]
+__all__ = ["OpenAIChatModel", "request_body", "parse_completion_body", "BREAKER_AFTER"]
 
-SchemaStyle = Literal["openai", "llama_cpp"]
+# A client whose first this-many finished requests were all refused (a 4xx other than 408 and 429)
+# with one message, none answered, sends no more: the rest get that refusal as their error. A
+# refusal of every request is a wrong setting, not bad luck, and each further call costs time and,
+# on some providers, money.
+BREAKER_AFTER = 8
 
 _PAST_DEADLINE = "the caller's deadline passed (llm.base.deadline)"
 
@@ -55,21 +62,31 @@ class OpenAIChatModel(EndpointClient):
         timeout_s: float = 180.0,
         max_retries: int = 3,
         cache: ResponseCache | None = None,
-        schema_style: SchemaStyle = "openai",
+        profile_name: str = "openai_compatible",
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 20.0,
         max_in_flight_per_endpoint: int | None = None,
         tokens_per_minute: int | None = None,
+        shaper: RequestShaper | None = None,
+        route: Route | None = None,
+        tokens: TokenSource | None = None,
     ) -> None:
-        if schema_style not in ("openai", "llama_cpp"):
-            raise ValueError(f"schema_style must be 'openai' or 'llama_cpp', not {schema_style!r}")
+        """profile_name: the endpoint's profile (llm/profiles.py), when no `shaper` and `route`
+        (factory.py builds those from the config) say more."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        prof: Profile = shaper.profile if shaper is not None else profile(profile_name)
         super().__init__(model, base_url, api_key, concurrency, timeout_s, max_retries, cache,
-                         max_in_flight_per_endpoint, tokens_per_minute, backoff_base_s, backoff_max_s)
+                         max_in_flight_per_endpoint, tokens_per_minute, backoff_base_s, backoff_max_s,
+                         route=route or Route(prof), tokens=tokens, profile_name=prof.name)
         self.base_urls = self.pool.urls
         self.base_url = self.base_urls[0]  # the only one, in the common single-endpoint case
-        self.schema_style = schema_style
+        self.shaper = shaper or RequestShaper(prof, model)
+        self.profile = prof.name
+        self._chat_urls = {u: self.route.chat_url(u) for u in self.base_urls}
+        # The refusal breaker (BREAKER_AFTER): refusals in a row since the last answer, their message.
+        self._refused: tuple[int, str | None, ChatResult | None] = (0, None, None)
+        self._answered = False
         # Told of every result as it comes (an answer, an error or a cache hit): the Ray runner's
         # progress count (passes.llm._LLMWorker). Never raises into the batch.
         self.on_result: Callable[[], None] | None = None
@@ -77,7 +94,7 @@ class OpenAIChatModel(EndpointClient):
 
     def __repr__(self) -> str:  # no api_key: reprs end up in logs
         where = self.base_url if len(self.base_urls) == 1 else self.base_urls
-        return f"OpenAIChatModel(model={self.model!r}, base_url={where!r}, schema_style={self.schema_style!r})"
+        return f"OpenAIChatModel(model={self.model!r}, base_url={where!r}, profile={self.profile!r})"
 
     # -- public API ----------------------------------------------------------------------------
     def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
@@ -158,9 +175,17 @@ class OpenAIChatModel(EndpointClient):
         return result
 
     async def _with_retries(self, clients: ClientSet, req: ChatRequest) -> ChatResult:
-        body = self._body(req)
-        cost = estimate_tokens(req.messages, req.max_tokens, self._schema_chars(req.json_schema))
+        tripped = self._tripped(req)
+        if tripped is not None:
+            return tripped
+        try:
+            body = self._body(req)
+        except SchemaError as exc:  # the same for every request of this schema: a setting to change
+            return ChatResult(id=req.id, text=None, error=f"not sent: {exc}", error_code="schema_limits")
+        cost = estimate_tokens(req.messages, self.shaper.answer_tokens(req.max_tokens),
+                               self._schema_chars(req.json_schema))
         attempts = self.max_retries + 1
+        token_retried = False
         for attempt in range(attempts):
             left = seconds_left()
             if left is not None and left <= 0:
@@ -171,13 +196,22 @@ class OpenAIChatModel(EndpointClient):
                 # The lease is held only while a request is on the wire, not while backing off;
                 # each attempt may go to a different endpoint.
                 lease = await _within(self.pool.acquire(cost), seconds_left())
+                tripped = self._tripped(req)  # checked again: refusals may have come in while it waited
+                if tripped is not None:
+                    self.pool.release(lease, 0, True)
+                    return tripped
                 stage = "with the request on the wire"  # cancelled there, the lease still goes back
                 return await _within(self._attempt(clients.get(lease.url, lease.slot), lease, req, body),
                                      seconds_left())
             except asyncio.TimeoutError:
                 return ChatResult(id=req.id, text=None, error=f"{_PAST_DEADLINE} {stage}")
             except Fatal as exc:
-                return ChatResult(id=req.id, text=None, error=str(exc))
+                if exc.status == 401 and self.tokens is not None and not token_retried:
+                    token_retried = True  # an Entra token that expired early: one more try with a new one
+                    await asyncio.to_thread(self.tokens.invalidate)
+                    continue
+                return self._refusal(ChatResult(id=req.id, text=None, error=str(exc), status=exc.status,
+                                                error_code=exc.code, error_param=exc.param))
             except Retryable as exc:
                 if attempt == attempts - 1:
                     return ChatResult(id=req.id, text=None, error=f"{exc} (gave up after {attempts} attempts)")
@@ -188,6 +222,23 @@ class OpenAIChatModel(EndpointClient):
                 await asyncio.sleep(delay if left is None else max(0.0, min(delay, left)))
         raise AssertionError("unreachable")
 
+    def _tripped(self, req: ChatRequest) -> ChatResult | None:
+        """The refusal the breaker answers with, when it is open."""
+        n, message, first = self._refused
+        if self._answered or n < BREAKER_AFTER or message is None or first is None:
+            return None
+        return ChatResult(id=req.id, text=None, status=first.status, error_code=first.error_code,
+                          error_param=first.error_param,
+                          error=f"not sent: the endpoint refused the first {n} requests: {message}")
+
+    def _refusal(self, result: ChatResult) -> ChatResult:
+        status = result.status or 0
+        if 400 <= status < 500 and status not in (408, 429) and not self._answered:
+            n, message, first = self._refused
+            self._refused = (n + 1, result.error, first or result) if message in (None, result.error) else \
+                (1, result.error, result)
+        return result
+
     async def _attempt(self, client: aiohttp.ClientSession, lease: Lease, req: ChatRequest,
                        body: dict[str, Any]) -> ChatResult:
         """One attempt on the leased endpoint; the lease goes back with what it cost."""
@@ -195,6 +246,8 @@ class OpenAIChatModel(EndpointClient):
         reachable = True
         try:
             result = await self._post(client, lease.url, req, body)
+            if result.error is None:
+                self._answered = True
             # No usage in the answer: keep the estimate charged rather than guess zero.
             used = (result.tokens_in + result.tokens_out) or None
             return result
@@ -209,7 +262,7 @@ class OpenAIChatModel(EndpointClient):
 
     async def _post(self, client: aiohttp.ClientSession, base_url: str, req: ChatRequest,
                     body: dict[str, Any]) -> ChatResult:
-        resp = await post(client, f"{base_url}/chat/completions", body, self.timeout_s)
+        resp = await post(client, self._chat_urls[base_url], body, self.timeout_s, await self._auth())
         return _parse_completion(req.id, resp)
 
     # -- building --------------------------------------------------------------------------------
@@ -232,7 +285,7 @@ class OpenAIChatModel(EndpointClient):
         return request_key(self.model, req)
 
     def _body(self, req: ChatRequest) -> dict[str, Any]:
-        return request_body(self.model, req, self.schema_style)
+        return self.shaper.body(req)
 
 
 
@@ -282,30 +335,10 @@ class _GroupPut:
                     w.set_exception(RuntimeError("the response cache commit was cancelled"))
 
 
-def request_body(model: str, req: ChatRequest, style: SchemaStyle = "openai") -> dict[str, Any]:
-    """The /chat/completions body for `req`: what a synchronous call posts and a batch line carries."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [dict(m) for m in req.messages],
-        "max_tokens": req.max_tokens,
-        "temperature": req.temperature,
-    }
-    if req.json_schema is not None:
-        body["response_format"] = response_format(req.json_schema, style)
-    return body
-
-
-def response_format(schema: dict[str, Any], style: SchemaStyle) -> dict[str, Any]:
-    """The `response_format` that makes a server constrain its answer to `schema`.
-
-    llama-cpp-python's server turns {"type": "json_object", "schema": ...} into a grammar
-    (llama_chat_format._grammar_for_response_format); a "json_schema" type is ignored there, so
-    the OpenAI shape would silently give unconstrained output.
-    """
-    if style == "llama_cpp":
-        return {"type": "json_object", "schema": schema}
-    name = "".join(c if c.isalnum() or c in "_-" else "_" for c in str(schema.get("title") or "answer"))[:64]
-    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+def request_body(model: str, req: ChatRequest, profile_name: str = "openai_compatible") -> dict[str, Any]:
+    """The /chat/completions body for `req` on a `profile_name` endpoint serving `model`, with no
+    settings beyond the profile's (tools and benchmarks; clients hold a RequestShaper)."""
+    return RequestShaper(profile(profile_name), model).body(req)
 
 
 def parse_completion_body(request_id: str, data: Any, text: str | None = None) -> ChatResult:
@@ -327,8 +360,11 @@ def parse_completion_body(request_id: str, data: Any, text: str | None = None) -
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     content = message.get("content")
     if not isinstance(content, str) or not content:
+        refusal = message.get("refusal")  # OpenAI Structured Outputs: the model declined, content null
+        why = f"the model refused: {str(refusal)[:300]}" if isinstance(refusal, str) and refusal else \
+            f"response has no content (finish_reason={finish})"
         return ChatResult(id=request_id, text=None, tokens_in=tokens_in, tokens_out=tokens_out,
-                          finish_reason=finish, error=f"response has no content (finish_reason={finish})")
+                          finish_reason=finish, error=why, error_code="refusal" if refusal else "empty")
     return ChatResult(id=request_id, text=content, tokens_in=tokens_in, tokens_out=tokens_out, finish_reason=finish)
 
 

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 from corpusgraph.config import LLMSection, RaySection
 from corpusgraph.llm.base import Usage
+from corpusgraph.runner.failures import check_failures, spark_failures
 from corpusgraph.runner.passes.llm import USAGE_SUMS, run_llm_task, usage_from_sums
 from corpusgraph.runner.progress import Work
 from corpusgraph.runner.run import StageContext
@@ -101,7 +102,7 @@ def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray:
             break
         try:
             run_llm_task(task, st.handoff(part + "-pending"), folder, llm=llm, ray_section=ray, cache_dir=st.node_cache_dir,
-                         base_url=st.llm_base_url(), work=Work(label, unit, todo), s3=st.s3, attempt=st.run_id)
+                         base_url=st.llm_base_url(llm), work=Work(label, unit, todo), s3=st.s3, attempt=st.run_id)
             break
         except Exception as exc:
             if attempt == PASS_TRIES or not lost_to_a_crash(exc):
@@ -125,7 +126,10 @@ def to_model(st: StageContext, task, part: str, n: int, *, llm: LLMSection, ray:
     # attempt counts as a cache hit of this one.
     sums = spark_usage_sums(out, st.run_id)
     st.note_collected(8 * len(sums))
-    return out.drop(UNIT, ATTEMPT, WRITTEN), usage_from_sums(sums, llm)
+    usage = usage_from_sums(sums, llm)
+    if usage.errors:  # the provider's messages, once each; too many failures stop the run here
+        check_failures(st.name, label, usage, spark_failures(out, st.run_id), llm, st.log)
+    return out.drop(UNIT, ATTEMPT, WRITTEN), usage
 
 
 def spark_usage_sums(out, attempt: str | None = None) -> dict:

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from corpusgraph.llm.base import Usage
 from corpusgraph.runner import registry
+from corpusgraph.runner.failures import StageFailed
 from corpusgraph.runner.progress import spark_tasks
 from corpusgraph.runner.registry import Stage
 from corpusgraph.runner.run import RunContext, StageResult
@@ -35,6 +36,9 @@ def _record_run(ctx: RunContext, started: datetime, status: str) -> None:
         status = "partial"
     counts = {name: {**r.rows, "seconds": round(r.seconds, 2), "driver_collected_bytes": r.driver_collected_bytes}
               for name, r in ctx.results.items()}
+    failure = ctx.failure
+    if failure:  # why a failed run stopped (runner/failures.py), where `runs` keeps the stage counts
+        counts["_failure"] = failure
     row = dict(run_id=ctx.run_id, kind=ctx.kind, config_hash=ctx.cfg.fingerprint(), started=started,
                finished=None if status == "running" else datetime.now(timezone.utc), status=status,
                stage_counts=json.dumps(counts, sort_keys=True))
@@ -80,7 +84,10 @@ def run_stage(ctx: RunContext, name: str) -> StageResult:
 
 def _call(ctx: RunContext, stage: Stage) -> StageResult:
     sc = ctx.stage(stage.recorded_as, reads=stage.reads, writes=stage.writes)
-    result = stage.step(sc, **{s: getattr(ctx.cfg, s) for s in stage.sections})
+    # A stage's llm section is its own: llm with its llm.stages entry (model, endpoint, price).
+    sections = {s: ctx.cfg.llm.for_stage(stage.recorded_as) if s == "llm" else getattr(ctx.cfg, s)
+                for s in stage.sections}
+    result = stage.step(sc, **sections)
     ctx.finish_stage()  # committed: the durable progress of its LLM passes is in Delta now
     return result
 
@@ -95,13 +102,22 @@ def run_steps(ctx: RunContext, ordered: list[Stage]) -> dict[str, StageResult]:
     _record_run(ctx, started, "running")
     status = "failed"
     try:
+        if ctx.preflight:
+            _preflight(ctx, ordered)
         for i, stage in enumerate(ordered, start=1):
             name = stage.recorded_as
             ctx.log(f"stage {i}/{len(ordered)}: {name}")
             t0 = time.perf_counter()
             ctx.collected_bytes = 0
-            with spark_tasks(ctx.spark, name):  # the stage's Spark jobs, between its driver-fed bars
-                result = _call(ctx, stage)
+            try:
+                with spark_tasks(ctx.spark, name):  # the stage's Spark jobs, between its driver-fed bars
+                    result = _call(ctx, stage)
+            except StageFailed as exc:  # recorded with what the stage paid before it stopped
+                ctx.results[name] = StageResult(rows={"stopped": 1}, usage=exc.usage,
+                                                seconds=time.perf_counter() - t0)
+                ctx.failure = {"stage": exc.stage, "reason": exc.reason}
+                ctx.log(f"stage {name} stopped the run: {exc.reason}")
+                raise
             result.seconds = time.perf_counter() - t0
             result.driver_collected_bytes += ctx.collected_bytes
             if result.usage is not None:
@@ -115,6 +131,16 @@ def run_steps(ctx: RunContext, ordered: list[Stage]) -> dict[str, StageResult]:
         ctx.close()
         _record_run(ctx, started, status)
     return ctx.results
+
+
+def _preflight(ctx: RunContext, ordered: list[Stage]) -> None:
+    from corpusgraph.runner.doctor import preflight
+
+    try:
+        preflight(ctx.cfg, [s.recorded_as for s in ordered], ctx.endpoint.url, ctx.log)
+    except StageFailed as exc:
+        ctx.failure = {"stage": exc.stage, "reason": exc.reason}
+        raise
 
 
 def format_summary(ctx: RunContext, total_seconds: float) -> str:

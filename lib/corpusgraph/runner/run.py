@@ -58,6 +58,10 @@ class RunContext:
         # Progress folders of the running stage, removed once it has committed (finish_stage).
         self.progress_dirs: list[str] = []
         self.results: dict[str, StageResult] = {}
+        self.failure: dict | None = None  # why the run stopped, when a stage stopped it (runner/failures.py)
+        # Send one request of each kind to the endpoints before the first stage (runner/doctor.py);
+        # the command line turns it on for index and update.
+        self.preflight = False
         self.collected_bytes = 0  # brought to the driver by the running stage (see note_collected)
         self.endpoint = ChatEndpoint(cfg.llm, self.cache_dir / "embedded-server.log", log=self.log)
 
@@ -87,9 +91,10 @@ class RunContext:
         """A hand-off location as Spark names it (s3a:// for S3)."""
         return storage.spark_uri(location)
 
-    def llm_base_url(self) -> str | None:
-        """The endpoint LLM workers call; a run with nothing to send never starts a server."""
-        return self.endpoint.url()
+    def llm_base_url(self, section=None) -> str | None:
+        """The embedded server's URL where `section` (a stage's llm section; default llm) is the
+        embedded backend, else None; a run with nothing to send never starts a server."""
+        return self.endpoint.url(section)
 
     def log(self, msg: str) -> None:
         progress.write(f"[corpusgraph] {msg}", self.out)  # above a terminal's progress bar, if one is open
@@ -166,8 +171,8 @@ class StageContext:
     def spark_location(self, location: str) -> str:
         return self._run.spark_location(location)
 
-    def llm_base_url(self) -> str | None:
-        return self._run.llm_base_url()
+    def llm_base_url(self, section=None) -> str | None:
+        return self._run.llm_base_url(section)
 
     def prompt_path(self, relative: str) -> Path:
         return self._run.cfg.prompt_path(relative)

@@ -38,15 +38,22 @@ class ExtractSection(Section):
         description="Closed list of entity types; the schema allows no others.",
     )
     prompt: str = Field("prompts/extract.txt", description="Prompt file, relative to the config file.")
-    max_entities: int = Field(5, ge=1, description="maxItems for entities per unit (small models repeat without it).")
-    max_relationships: int = Field(5, ge=0, description="maxItems for relationships per unit.")
-    max_tokens: int = Field(400, ge=32, description="Answer token limit per unit; a call packing n units may answer "
-                            "n times this (the schema bounds every string and array below it).")
-    units_per_call: int = Field(6, ge=1, description="LLM path: most units packed into one call (short units share "
-                                "one system prompt and one request; each still gets its own extractions row).")
-    pack_tokens: int = Field(1000, ge=50, description="LLM path: text tokens per call; units are packed until the "
-                             "next would pass this. Keep pack_tokens + units_per_call * max_tokens + ~300 under "
-                             "the model's context (llm.n_ctx).")
+    # Defaults for a real model; the bundled 135M model's smaller limits are in conf/local.yaml.
+    max_entities: int = Field(64, ge=1, description="maxItems for entities per unit (small models repeat without "
+                              "it). 64: chosen well above what a dense 1,200-token unit names; a unit whose list "
+                              "reaches it is gleaned again and says so.")
+    max_relationships: int = Field(96, ge=0, description="maxItems for relationships per unit (chosen as "
+                                   "max_entities, with room for 1.5 per entity).")
+    max_tokens: int = Field(4000, ge=32, description="Answer token limit per unit; a call packing n units may answer "
+                            "n times this (graphrag's default completion limit, 4,000; the schema bounds every "
+                            "string and array below it).")
+    units_per_call: int = Field(1, ge=1, description="LLM path: most units packed into one call (short units share "
+                                "one system prompt and one request; each still gets its own extractions row). 1: one "
+                                "unit per call, as graphrag sends one chunk per call; several suit short units, "
+                                "within a strict provider's schema limits (Azure: 100 properties, 10 per unit).")
+    pack_tokens: int = Field(1200, ge=50, description="LLM path: text tokens per call; units are packed until the "
+                             "next would pass this (graphrag's chunk size, 1,200). Keep pack_tokens + "
+                             "units_per_call * max_tokens + ~300 under the model's context window.")
     glean_rounds: int = Field(1, ge=0, le=5, description="LLM path: most gleaning rounds per unit. A round runs only "
                               "for units whose result looks incomplete (see stages/extract/llm.py needs_gleaning).")
     glean_min_missing: int = Field(2, ge=1, description="Gleaning rule: this many capitalised names in the text that "
@@ -55,7 +62,8 @@ class ExtractSection(Section):
                                  "request), relative to the config file.")
     claims: bool = Field(False, description="LLM path: also extract claims (subject, object, type, status, "
                          "description, start/end dates) into extractions.claims.")
-    max_claims: int = Field(3, ge=1, description="maxItems for claims per unit, when claims is on.")
+    max_claims: int = Field(24, ge=1, description="maxItems for claims per unit, when claims is on (chosen: a "
+                            "quarter of max_relationships).")
     prompt_claims: str = Field("prompts/extract_claims.txt", description="Claims instructions inserted into the "
                                "extract prompt's {claims} placeholder when claims is on.")
     method: Literal["llm", "fast"] = Field(
@@ -111,7 +119,8 @@ class ResolveSection(Section):
     max_adjudications: int = Field(5000, ge=0, description="At most this many band pairs (best first) per run go to the LLM.")
     adjudicate_max_tokens: int = Field(48, ge=8, description="Answer token limit of one adjudication.")
     summarise_descriptions: bool = Field(True, description="Summarise merged descriptions over max_description_chars.")
-    summary_max_tokens: int = Field(200, ge=16, description="Answer token limit of one description summary.")
+    summary_max_tokens: int = Field(500, ge=16, description="Answer token limit of one description summary "
+                                    "(graphrag's SUMMARIZE_DESCRIPTIONS_MAX_LENGTH, 500).")
     prompt_adjudicate: str = Field("prompts/resolve_adjudicate.txt", description="Adjudication prompt file.")
     prompt_summarise: str = Field("prompts/resolve_summarise.txt", description="Description summary prompt file.")
     max_block_size: int = Field(
@@ -146,8 +155,11 @@ class CommunitiesSection(Section):
 class ReportsSection(Section):
     prompt: str = Field("prompts/report.txt", description="Prompt file, relative to the config file.")
     min_size: int = Field(2, ge=1, description="Communities smaller than this get no report.")
-    max_input_tokens: int = Field(1500, ge=100, description="Context budget per report.")
-    max_tokens: int = Field(500, ge=32, description="Answer token limit per report.")
-    max_findings: int = Field(5, ge=1, description="maxItems for findings.")
+    max_input_tokens: int = Field(8000, ge=100, description="Context budget per report (graphrag's "
+                                  "COMMUNITY_REPORT_MAX_INPUT_LENGTH, 8,000), cut to fit the reports model's context "
+                                  "window (llm.context_window or its profile's).")
+    max_tokens: int = Field(2000, ge=32, description="Answer token limit per report (graphrag's "
+                            "COMMUNITY_REPORT_MAX_LENGTH, 2,000).")
+    max_findings: int = Field(10, ge=1, description="maxItems for findings (graphrag's report prompt asks for 5-10).")
     per_domain: bool = Field(False, description="Also one report per access domain of each community that mixes "
                              "domains, from that domain's text alone (restricted callers map these).")

@@ -153,8 +153,11 @@ class QuerySection(Section):
                                               "vectors alone) or hybrid (dense and BM25 fused by reciprocal rank, "
                                               "then the reranker where one is configured).")
     rerank: RerankSection = Field(default_factory=RerankSection, description="Basic search's optional reranker.")
-    max_context_tokens: int = Field(1800, ge=200, description="Context budget for an answer.")
-    max_tokens: int = Field(300, ge=16, description="Answer token limit.")
+    max_context_tokens: int = Field(12000, ge=200, description="Context budget for an answer, and per global map call "
+                                    "(graphrag's local search reads 12,000 tokens), cut to fit the query model's "
+                                    "context window beside the answer (llm.context_window or its profile's).")
+    max_tokens: int = Field(2000, ge=16, description="Answer token limit (graphrag's local search answer limit, "
+                            "2,000).")
     retrieval: RetrievalSection = Field(default_factory=RetrievalSection, description="Local search's unit ranking.")
     global_: GlobalSection = Field(default_factory=GlobalSection, alias="global", description="Global search.")
     drift: DriftSection = Field(default_factory=DriftSection, description="DRIFT search.")

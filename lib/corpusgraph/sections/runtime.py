@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_serializer, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_serializer, field_validator, model_validator
 
 from corpusgraph.sections.base import Section
+from corpusgraph.sections.endpoints import AzureSection, EmbedProfileName, ProfileName, StageLLMSection, StageName
 
 __all__ = ["SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_EMBEDDING_MODEL",
            "EmbeddingSection", "S3Section", "StorageSection"]
@@ -130,6 +131,45 @@ class LLMSection(Section):
                         "resumes from its durable shards under storage.run_dir.")
     usd_per_1k_in: float = Field(0.0, ge=0.0, description="Price of 1,000 input tokens (0 for local models).")
     usd_per_1k_out: float = Field(0.0, ge=0.0, description="Price of 1,000 output tokens.")
+    profile: ProfileName | None = Field(
+        None, description="What the endpoint accepts (llm/profiles.py): openai, azure_openai, vllm, ollama, llama_cpp, "
+        "tgi, openai_compatible; openai_reasoning / azure_openai_reasoning for reasoning models. Every request is "
+        "shaped for it (strict schemas, the answer-length field, Azure's URLs and credentials). null: guessed from "
+        "the URL where the host names one provider (api.openai.com, *.openai.azure.com), llama_cpp for the embedded "
+        "model, else openai_compatible; `corpusgraph doctor` checks the choice.")
+    reasoning: bool | None = Field(None, description="A reasoning model (OpenAI o-series, gpt-5): no temperature, "
+                                   "max_completion_tokens, reasoning_budget_tokens more answer tokens. null: guessed "
+                                   "from the model name on the openai profile, false elsewhere.")
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
+        None, description="Sent as reasoning_effort to a reasoning model; null: the provider's default.")
+    reasoning_budget_tokens: int = Field(2048, ge=0, description="Answer tokens added to every request's limit on a "
+                                         "reasoning model, whose limit covers its hidden reasoning too; an answer "
+                                         "cut to nothing by it is reported by doctor.")
+    context_window: int | None = Field(None, ge=512, description="The model's context window in tokens; null: the "
+                                       "profile's (openai/azure 128,000; vllm 8,192; ollama 4,096, its default "
+                                       "num_ctx; llama_cpp n_ctx). Context budgets are cut to fit it.")
+    drop_schema_keywords: list[str] = Field(default_factory=list, description="JSON Schema keywords to remove from "
+                                            "every answer schema besides the profile's, for an endpoint that refuses "
+                                            "one the profile keeps (doctor names it).")
+    azure: AzureSection = Field(default_factory=AzureSection, description="Azure OpenAI settings (profile "
+                                "azure_openai).")
+    max_failed_share: float = Field(0.1, ge=0, le=1, description="A stage stops the run (non-zero exit, the "
+                                    "provider's messages shown, the reason in `runs`) when more than this share of "
+                                    "its LLM calls failed (once it has sent failed_share_min_calls), or when all did.")
+    failed_share_min_calls: int = Field(20, ge=1, description="Calls a stage must have sent before max_failed_share "
+                                        "applies; below it only a stage where every call failed stops.")
+    preflight: bool = Field(True, description="Before a run pays for an LLM stage, one tiny request of each kind the "
+                            "run makes (`corpusgraph doctor`'s check); a refusal stops the run with the provider's "
+                            "message. Skipped for the embedded model.")
+    stages: dict[StageName, StageLLMSection] = Field(
+        default_factory=dict, description="Per-stage overrides (extract, resolve, reports, query, judge): e.g. a cheap "
+        "model for extract, a stronger one for reports and query; each key left out is llm's own.")
+    _root: "LLMSection | None" = PrivateAttr(None)
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _empty_is_guess(cls, value: Any) -> Any:
+        return None if value == "" else value  # `profile: ${LLM_PROFILE:-}` left empty: guessed
 
     @model_validator(mode="after")
     def _one_way_to_name_endpoints(self) -> "LLMSection":
@@ -140,7 +180,40 @@ class LLMSection(Section):
         if self.backend == "openai_batch" and not self.endpoint_urls():
             raise ValueError("llm.backend 'openai_batch' needs llm.api_base (an endpoint ending in /v1 that serves "
                              "/v1/files and /v1/batches)")
+        if self.azure.auth == "entra" and not (self.azure.ad_token or self.azure.ad_token_command
+                                               or self.azure.ad_token_provider):
+            raise ValueError("llm.azure.auth 'entra' needs llm.azure.ad_token_command, ad_token_provider or ad_token")
+        for name, over in self.stages.items():
+            if over.api_base and over.api_bases:
+                raise ValueError(f"llm.stages.{name}: set api_base or api_bases, not both")
         return self
+
+    def for_stage(self, name: str) -> "LLMSection":
+        """This section as stage `name` sees it: llm with the stage's overrides (judge falls back to
+        query's). Called on a stage's section, it starts again from the root one."""
+        root = self._root or self
+        over = root.stages.get(name) or (root.stages.get("query") if name == "judge" else None)  # type: ignore[call-overload]
+        if over is None:
+            return root
+        data = {k: getattr(root, k) for k in type(root).model_fields}
+        updates = over.updates()
+        if "api_base" in updates:
+            data["api_bases"] = []
+        if "api_bases" in updates:
+            data["api_base"] = None
+        if "azure" in updates:
+            az = over.azure
+            data["azure"] = root.azure.model_copy(update={k: getattr(az, k) for k in az.model_fields_set})
+            del updates["azure"]
+        data.update(updates)
+        data["stages"] = {}
+        out = type(root).model_validate(data)
+        out._root = root
+        return out
+
+    def stage_models(self) -> dict[str, str]:
+        """Stage -> the model it calls (llm.model where a stage names none)."""
+        return {s: self.for_stage(s).model for s in ("extract", "resolve", "reports", "query")}
 
     def batched(self, stage: str) -> bool:
         """Whether `stage`'s LLM calls go through the batch API."""
@@ -174,6 +247,11 @@ class EmbeddingSection(Section):
     api_bases: list[str] = Field(default_factory=list, description="openai: several endpoints serving `model`; "
                                  "each request goes to the least loaded one (the chat side's endpoint pool).")
     api_key: SecretStr | None = Field(None, description="openai: bearer key; write ${VAR} here, never a literal.")
+    profile: EmbedProfileName | None = Field(None, description="openai backend: what the endpoint accepts (openai, "
+                                             "azure_openai, vllm, ollama, llama_cpp, tei, openai_compatible): its URL, "
+                                             "credentials and inputs per request. null: guessed from the URL as for llm.")
+    azure: AzureSection = Field(default_factory=AzureSection, description="Azure OpenAI settings (profile "
+                                "azure_openai); deployment: the embedding deployment.")
     batch_size: int = Field(32, ge=1, description="Texts per forward pass (bundled) or per HTTP request (openai).")
     max_tokens: int = Field(256, ge=8, description="bundled: word pieces the model reads at once (its window).")
     windows: bool = Field(True, description="bundled: a text longer than max_tokens word pieces is read in windows "

@@ -235,22 +235,26 @@ def test_results_keep_input_order(server):
     assert [r.text for r in results] == [f"answer:sleep{d},{i}" for i, d in enumerate(delays)]
 
 
-def test_openai_schema_style_sends_strict_json_schema(server):
-    model(server, schema_style="openai").complete([req("ok", schema=SCHEMA)])
-    assert server.bodies[0]["response_format"] == {
-        "type": "json_schema",
-        "json_schema": {"name": "Extraction_result", "schema": SCHEMA, "strict": True},
-    }
+def test_openai_profile_sends_a_strict_schema_shaped_for_strict_mode(server):
+    model(server, profile_name="openai").complete([req("ok", schema=SCHEMA)])
+    body = server.bodies[0]
+    shaped = {"title": "Extraction result", "type": "object",
+              "properties": {"names": {"type": "array", "items": {"type": "string"}, "maxItems": 3}},
+              "required": ["names"], "additionalProperties": False}
+    assert body["response_format"] == {"type": "json_schema",
+                                       "json_schema": {"name": "Extraction_result", "schema": shaped, "strict": True}}
+    assert body["max_completion_tokens"] == 50 and "max_tokens" not in body
 
 
-def test_llama_cpp_schema_style_sends_json_object_with_schema(server):
-    model(server, schema_style="llama_cpp").complete([req("ok", schema=SCHEMA)])
+def test_llama_cpp_profile_sends_json_object_with_the_schema_as_given(server):
+    model(server, profile_name="llama_cpp").complete([req("ok", schema=SCHEMA)])
     assert server.bodies[0]["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    assert server.bodies[0]["max_tokens"] == 50
 
 
-def test_unknown_schema_style_is_refused():
-    with pytest.raises(ValueError, match="schema_style"):
-        OpenAIChatModel("m", "http://127.0.0.1:1/v1", schema_style="vllm")
+def test_unknown_profile_is_refused():
+    with pytest.raises(ValueError, match="unknown endpoint profile"):
+        OpenAIChatModel("m", "http://127.0.0.1:1/v1", profile_name="vllm-ish")
 
 
 def test_empty_batch(server):
@@ -434,3 +438,21 @@ def test_a_netrc_login_is_sent_where_no_api_key_is(server, monkeypatch, tmp_path
     assert server.headers_seen[-1]["Authorization"] == "Basic YWxpY2U6czNjcmV0"  # alice:s3cret
     assert model(server, api_key="sk-test").complete([req("ok", rid="b")])[0].error is None
     assert server.headers_seen[-1]["Authorization"] == "Bearer sk-test"  # the key wins
+
+
+def test_a_refusal_of_every_request_stops_the_client_sending_after_the_breaker(server):
+    from corpusgraph.llm.openai_http import BREAKER_AFTER
+
+    batch = [req(f"400,{i}", rid=str(i)) for i in range(BREAKER_AFTER + 12)]
+    results = model(server, concurrency=1).complete(batch)
+    assert server.total_calls() == BREAKER_AFTER  # the rest were never sent
+    assert all(r.status == 400 and "schema is not supported" in r.error for r in results)
+    assert sum(r.error.startswith("not sent: the endpoint refused the first") for r in results) == 12
+
+
+def test_one_answer_keeps_the_breaker_closed(server):
+    from corpusgraph.llm.openai_http import BREAKER_AFTER
+
+    batch = [req("ok", rid="good")] + [req(f"400,{i}", rid=str(i)) for i in range(BREAKER_AFTER + 2)]
+    results = model(server, concurrency=1).complete(batch)
+    assert server.total_calls() == BREAKER_AFTER + 3 and results[0].error is None

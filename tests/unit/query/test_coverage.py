@@ -14,6 +14,7 @@ import re
 import numpy as np
 import pytest
 
+from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.query.access import restrict
 from corpusgraph.query.answer import format_answer
@@ -124,8 +125,9 @@ def test_local_seeds_say_how_they_were_found_and_the_context_is_counted(store):
     prompt = chat.batches[0][0].messages[-1]["content"]
     tags = re.findall(r"\[U(\d+)\] \(from ([^)]*)\)", prompt)
     assert cov["units"] == len(tags) and cov["documents"] == len({title for _, title in tags})
-    assert cov["budget_tokens"] == 1800 and cov["context_tokens"] == answer.context_tokens > 0
-    assert cov["budget_used"] == round(answer.context_tokens / 1800, 4)
+    budget = QuerySection().max_context_tokens
+    assert cov["budget_tokens"] == budget and cov["context_tokens"] == answer.context_tokens > 0
+    assert cov["budget_used"] == round(answer.context_tokens / budget, 4)
 
 
 def test_basic_reports_k_and_the_similarity_of_the_last_unit_kept(store):
@@ -147,7 +149,7 @@ def test_drift_counts_its_primer_and_follow_up_contexts(store):
     assert {"entity_id": "e_tobin", "title": "Tobin Hale", "found_by": "name"} in cov["seeds"]
     follow = next(r for b in chat.batches for r in b if r.id == "drift-0-0").messages[-1]["content"]
     assert cov["units"] == len(re.findall(r"\[U\d+\] \(from", follow))
-    assert cov["budget_tokens"] == 2 * 1800  # the primer's context and one follow-up's
+    assert cov["budget_tokens"] == 2 * QuerySection().max_context_tokens  # the primer's context and one follow-up's
 
 
 @pytest.mark.parametrize("method", METHODS)

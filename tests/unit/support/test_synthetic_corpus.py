@@ -154,7 +154,7 @@ def test_edges_among_are_the_world_edges_between_the_named_in_table_order(corpus
 
 def _pack_request(texts, section, priors=None):
     from corpusgraph.config import load_config
-    from corpusgraph.llm.openai_http import response_format
+    from corpusgraph.llm.openai_http import request_body
     from corpusgraph.prompts import load_prompt
     from corpusgraph.stages.extract.llm import ExtractPrompts, build_pack_request
 
@@ -162,7 +162,8 @@ def _pack_request(texts, section, priors=None):
     prompts = ExtractPrompts(load_prompt(cfg.prompt_path(cfg.extract.prompt)),
                              load_prompt(cfg.prompt_path(cfg.extract.prompt_continue)))
     req = build_pack_request("p", texts, prompts, section, priors=priors)
-    return {"messages": list(req.messages), "response_format": response_format(req.json_schema, "openai")}
+    body = request_body("scripted", req)  # openai_compatible: the schema with every bound kept
+    return {"messages": body["messages"], "response_format": body["response_format"]}
 
 
 def test_extraction_answers_parse_and_gleaning_adds_only_new_names(corpus, lex):

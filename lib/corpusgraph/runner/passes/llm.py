@@ -28,9 +28,11 @@ __all__ = ["LLMTask", "init_ray", "run_llm_task", "output_usage", "usage_from_su
            "output_schema", "META"]
 
 # Bookkeeping columns added to every output row and dropped before the Delta write (llm_batch:
-# answered through the batch API, priced at llm.batch.price_factor).
+# answered through the batch API, priced at llm.batch.price_factor; llm_error_text and
+# llm_error_status: a failed call's error and HTTP status, which runner/failures.py shows).
 META = [("llm_cached", pa.bool_()), ("llm_failed", pa.bool_()), ("llm_seconds", pa.float64()),
-         ("llm_tokens_in", pa.int64()), ("llm_tokens_out", pa.int64()), ("llm_batch", pa.bool_())]
+        ("llm_tokens_in", pa.int64()), ("llm_tokens_out", pa.int64()), ("llm_batch", pa.bool_()),
+        ("llm_error_text", pa.string()), ("llm_error_status", pa.int64())]
 
 
 class LLMTask(Protocol):
@@ -118,7 +120,8 @@ class _LLMWorker:
         out = self.task.outputs(rows, results)
         for row, res in zip(out, results):
             row.update(llm_cached=res.cached, llm_failed=res.error is not None, llm_seconds=res.seconds,
-                       llm_tokens_in=res.tokens_in, llm_tokens_out=res.tokens_out, llm_batch=self.batch)
+                       llm_tokens_in=res.tokens_in, llm_tokens_out=res.tokens_out, llm_batch=self.batch,
+                       llm_error_text=res.error, llm_error_status=res.status)
         return out
 
     def table(self, rows: list[dict], results: Sequence[ChatResult]) -> pa.Table:

@@ -116,6 +116,13 @@ def _embed_pending(st: StageContext, pending, sec: EmbeddingSection, ray: RaySec
         result.usage = Usage(calls=int(stats["requests"] or 0), tokens_in=tokens,
                              cache_hits=int(stats["cached"] or 0), errors=int(stats["failed_requests"] or 0),
                              usd=tokens / 1000 * sec.usd_per_1k_tokens)
+    if failed == n:  # not one vector: an index without them would answer nothing
+        from corpusgraph.llm.fixes import fix_for
+        from corpusgraph.runner.failures import StageFailed
+
+        fix = fix_for(None, None, None, stats["first_error"])
+        raise StageFailed("embed", f"all {n} items got no vector from {sec.model}: {stats['first_error']}"
+                          + (f" -- fix: {fix.replace('llm.', 'embeddings.')}" if fix else ""), result.usage)
     return n, result
 
 

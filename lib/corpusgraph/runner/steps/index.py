@@ -193,7 +193,8 @@ def resolve(st: StageContext, *, resolve: ResolveSection, extract: ExtractSectio
     """Mentions -> entities (runner/steps/resolve.py), with this run's hand-off folder for its
     intermediate frames and Ray for its LLM rows."""
     sec = resolve
-    _, phash, model = extract_stage.extract_identity(extract, st.prompt_path, llm.model)
+    # The extraction rows are keyed by the extract stage's model, which may not be resolve's own.
+    _, phash, model = extract_stage.extract_identity(extract, st.prompt_path, llm.for_stage("extract").model)
     usage = Usage()
 
     def ask(task, df, part):
@@ -256,6 +257,14 @@ def _report_pass(st: StageContext, pending, task, table: str, part: str, *, llm:
 
 
 def reports(st: StageContext, *, reports: ReportsSection, llm: LLMSection, ray: RaySection) -> StageResult:
+    from corpusgraph.llm.factory import fit_context
+
+    # The context fits the reports model's window (llm.context_window or its profile's).
+    fitted = fit_context(reports.max_input_tokens, llm, reports.max_tokens)
+    if fitted < reports.max_input_tokens:
+        st.log(f"  reports: context cut to {fitted} tokens to fit the model's window (reports.max_input_tokens "
+               f"{reports.max_input_tokens})")
+        reports = reports.model_copy(update={"max_input_tokens": fitted})
     sec, read = reports, st.tables.read
     prompt = load_prompt(st.prompt_path(sec.prompt))
     model = llm.model

@@ -75,7 +75,11 @@ def parse_unit(obj: Any, section: ExtractSection, text: str | None = None
     notes: list[str] = []
     ground = _Grounding(text) if text is not None else None
     entities, seen = [], set()
+    # The schema's maxItems bounds these lists where the endpoint honours it; a provider whose
+    # strict mode refuses maxItems (llm/profiles.py) gets the bound here instead.
     for e in _items(obj.get("entities")):
+        if len(entities) >= section.max_entities:
+            break
         if not isinstance(e, dict) or not _has(e, _ENTITY_KEYS):
             continue
         name, etype = _clean(e.get("name"), 80), _clean(e.get("type"), 40).upper()
@@ -93,6 +97,8 @@ def parse_unit(obj: Any, section: ExtractSection, text: str | None = None
         entities.append({"name": name, "type": etype, "description": _clean(e.get("description"), 300)})
     rels = []
     for r in _items(obj.get("relationships")):
+        if len(rels) >= section.max_relationships:
+            break
         if not isinstance(r, dict) or not _has(r, _REL_KEYS):
             continue
         src, tgt = _clean(r.get("source"), 80), _clean(r.get("target"), 80)

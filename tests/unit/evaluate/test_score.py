@@ -1,4 +1,4 @@
-"""Answer metrics, citation recall and the pairwise judge (tests.support.evaluate)."""
+"""Answer metrics, citation recall and the pairwise judge (corpusgraph.evaluate.score)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.support.evaluate import (UNPARSED, cited_documents, contains_answer, exact_match, f1_score, judge_pair,
+from corpusgraph.evaluate.score import (UNPARSED, cited_documents, contains_answer, exact_match, f1_score, judge_pair,
                                         judge_prompt, mean_scores, normalize_answer, parse_verdict, recall_at_k,
                                         score_answer, source_id, strip_citations, summarise_verdicts)
 from corpusgraph.llm.base import ChatResult

@@ -1,0 +1,2 @@
+"""Scoring answers against gold answers: exact match, token F1, an LLM judge, retrieval recall.
+"""
