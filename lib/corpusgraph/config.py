@@ -27,6 +27,7 @@ from corpusgraph.sections.index import (
     IngestSection,
     ReportsSection,
     ResolveSection,
+    TableInput,
 )
 from corpusgraph.sections.query import (
     MOVED_QUERY_KEYS,
@@ -51,7 +52,7 @@ from corpusgraph.sections.serve import ServeKey, ServeSection
 __all__ = [
     "Config", "load_config", "ConfigError",
     "SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_EMBEDDING_MODEL", "EmbeddingSection",
-    "S3Section", "StorageSection", "IngestSection", "ChunkSection", "ExtractSection", "ResolveSection", "CommunitiesSection",
+    "S3Section", "StorageSection", "TableInput", "IngestSection", "ChunkSection", "ExtractSection", "ResolveSection", "CommunitiesSection",
     "ReportsSection", "QuerySection", "RetrievalSection", "GlobalSection", "DriftSection", "ServeKey",
     "ServeSection", "ModelPrice", "EstimateSection", "UpdateSection",
 ]
