@@ -24,6 +24,9 @@ class Table:
     key: tuple[str, ...]
     schema: pa.Schema
     doc: str
+    # Columns added to the contract after writers of the table existed: a frame may leave them out
+    # (they are written as null), so those writers and older warehouses keep working.
+    optional: tuple[str, ...] = ()
 
 
 def _t(name: str, key: tuple[str, ...], doc: str, *fields: tuple[str, pa.DataType]) -> Table:
@@ -170,6 +173,10 @@ _ALL = [
         ("finished", _TS), ("status", pa.string()), ("stage_counts", pa.string()),
     ),
 ]
+
+# Issue 41's location columns: where in its file a document's parts and a unit lie.
+_OPTIONAL = {"documents": ("spans",), "text_units": ("page_start", "page_end", "section")}
+_ALL = [Table(t.name, t.key, t.schema, t.doc, _OPTIONAL.get(t.name, ())) for t in _ALL]
 
 TABLES: dict[str, Table] = {}
 for _table in _ALL:

@@ -73,14 +73,17 @@ class Warehouse:
 
     def conform(self, name: str, df):
         """The frame with exactly the table's columns, in order and declared types; a clear error
-        when a column is missing (a stage bug, caught before anything is written)."""
+        when a column is missing (a stage bug, caught before anything is written), except the
+        table's optional columns, written as null."""
         from pyspark.sql import functions as F
 
         schema = spark_schema(name)
-        missing = [f.name for f in schema if f.name not in df.columns]
+        optional = set(table(name).optional)
+        missing = [f.name for f in schema if f.name not in df.columns and f.name not in optional]
         if missing:
             raise ValueError(f"output for table {name!r} lacks columns {missing}; it has {df.columns}")
-        return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema])
+        return df.select([(F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                          for f in schema])
 
     def overwrite(self, name: str, df, *, replace_schema: bool = False) -> None:
         """replace_schema: the table takes the declared schema even where its stored one differs
