@@ -65,7 +65,12 @@ def serve(parse: Callable, memory_bytes: int) -> None:
 
 
 def main() -> None:
+    import logging
+
     from corpusgraph.stages.ingest.formats import parse
+
+    # pypdf logs every damaged object it skips; the file's outcome already says what went wrong.
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
 
     serve(parse, int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 
