@@ -106,18 +106,19 @@ def login_html() -> bytes:
 <button>Sign in</button></form><footer>Harbour Portal 2026</footer></body></html>"""
 
 
-def pdf_bytes(title: str, paragraphs: list[str], *, heading_every: int = 0) -> bytes:
+def pdf_bytes(title: str, paragraphs: list[str], *, heading_every: int = 0, pagesize=None) -> bytes:
     """A text PDF (reportlab's canvas, Helvetica, our own word wrap); a new page when one fills up.
-    heading_every: a bold "Part N" heading before every that many paragraphs."""
+    heading_every: a bold "Part N" heading before every that many paragraphs. pagesize: A4 unless given."""
     from reportlab.lib.pagesizes import A4
     from reportlab.pdfbase.pdfmetrics import stringWidth
     from reportlab.pdfgen import canvas
 
+    pagesize = pagesize or A4
     out = io.BytesIO()
-    c = canvas.Canvas(out, pagesize=A4, invariant=1, pageCompression=1)
+    c = canvas.Canvas(out, pagesize=pagesize, invariant=1, pageCompression=1)
     c.setTitle(title)
     c.setAuthor("corpusgraph test fixtures")
-    width, height = A4
+    width, height = pagesize
     y = height - 72
     c.setFont("Helvetica-Bold", 14)
     c.drawString(72, y, title)
