@@ -70,12 +70,13 @@ def _parse_pass(spark, root, inputs) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
-def test_mixed_files_against_jsonl(spark, tmp_path):
+def test_mixed_files_against_jsonl(request, tmp_path):
     from pyspark.sql import functions as F
 
     from corpusgraph.runner.pipeline import run_stage
 
-    manifest = format_corpus.ensure(CORPUS, FILES)
+    manifest = format_corpus.ensure(CORPUS, FILES)  # before Spark starts: the writers fork two processes
+    spark = request.getfixturevalue("spark")
     mixed, jsonl = CORPUS / "mixed", CORPUS / "jsonl"
     _step(spark, tmp_path / "warm", [mixed / "txt"])  # JIT, Python workers and parse workers started once
 
@@ -100,8 +101,8 @@ def test_mixed_files_against_jsonl(spark, tmp_path):
         print(kind, by_format[kind], flush=True)
 
     # Pages in citations: chunk the mixed warehouse; every PDF unit knows its pages.
-    ctx = steps_ctx = _ctx(spark, tmp_path / "mixed-1", [mixed])
-    run_stage(steps_ctx, "chunk")
+    ctx = _ctx(spark, tmp_path / "mixed-1", [mixed])
+    run_stage(ctx, "chunk")
     units = ctx.wh.read("text_units").join(ctx.wh.read("documents").select("doc_id", "source_uri"), "doc_id")
     pdf = units.where(F.col("source_uri").endswith(".pdf"))
     stats = pdf.agg(F.count("*").alias("units"), F.sum(F.col("page_start").isNotNull().cast("int")).alias("paged"),

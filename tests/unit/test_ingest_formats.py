@@ -274,3 +274,17 @@ def test_citations_name_the_page_section_slide_or_message():
     text = format_answer(Answer("q", "It is so.", "basic", [cite]))
     assert "[1] doc d1 (Report, file:/r.pdf, page 3) unit u1" in text.splitlines()
     assert Answer("q", "a", "basic", [cite]).to_dict()["citations"][0]["locator"] == "page 3"
+
+
+def test_a_table_input_names_one_source():
+    from corpusgraph.config import ConfigError, TableInput, load_config
+
+    assert TableInput(table="spark_catalog.kb.articles").key() == "delta:spark_catalog.kb.articles"
+    with pytest.raises(ValueError, match="exactly one of table"):
+        TableInput(table="a.b", path="/x")
+    cfg = load_config(None, {"ingest.inputs": "[docs/, {path: /data/articles, id: article_id, text: body}]",
+                             "storage.schema": "kb"})
+    assert cfg.ingest.inputs[0] == "docs/" and cfg.ingest.inputs[1].id == "article_id"
+    assert cfg.storage.schema_name == "kb"
+    with pytest.raises(ConfigError):
+        load_config(None, {"ingest.inputs": "[{table: a.b, txt: body}]"})

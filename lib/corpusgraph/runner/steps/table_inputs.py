@@ -38,6 +38,8 @@ def _delta(spark, ti: TableInput):
 
 
 def _reader(spark, ti: TableInput, **options):
+    if ti.table and "versionAsOf" in options:  # time travel by name: the SQL form (documented for catalog tables)
+        return spark.sql(f"SELECT * FROM {ti.table} VERSION AS OF {int(options['versionAsOf'])}")
     reader = spark.read.format("delta")
     for key, value in options.items():
         reader = reader.option(key, value)
@@ -77,6 +79,7 @@ def read_table_input(spark, ti: TableInput, sec: IngestSection, last_version: in
     table = _delta(spark, ti)
     version = int(table.history(1).select("version").first()[0])
     section = tabular.table_section(sec, ti)
+    _mapped(_reader(spark, ti), ti, what)  # the mapping names columns the table has (schema only, no read)
     cdf_on = (table.detail().select("properties").first()[0] or {}).get("delta.enableChangeDataFeed") == "true"
     if ti.read == "cdf" and not cdf_on:
         raise ValueError(f"{what} has read: cdf but its change data feed is off (TBLPROPERTIES "

@@ -2,13 +2,16 @@
 
 The pure part (`parse_file`) turns one file's bytes into document records or quarantine
 records, never raising for bad input. The Spark part maps it over `binaryFile` rows with
-mapInArrow and collapses duplicate texts by content hash. Parquet inputs are read by Spark's own
-Parquet reader instead (stages/ingest/parquet.py: row groups in parallel, no whole-file bytes).
+mapInArrow and collapses duplicate texts by content hash. Parquet and CSV inputs are read by
+Spark's own readers instead (stages/ingest/parquet.py, tabular.py: no whole-file bytes). PDF,
+Word, PowerPoint, HTML and e-mail files go to the readers of formats.py through the guard's worker
+process (guard.py: a time and memory limit per file); text and JSON-lines are read here, inline.
 
-A JSON-lines or Parquet file is a container of documents: `ingest.max_bytes` applies to each
-record's text (an oversized record is quarantined as `file#id`), and a JSON-lines file as a
-whole only has to fit `ingest.max_file_bytes` (one task reads it). `.jsonl.gz` is decompressed
-as a stream, line by line.
+A JSON-lines, Parquet, CSV or mbox file is a container of documents: `ingest.max_bytes` applies
+to each record's text (an oversized record is quarantined as `file#id`), and a JSON-lines or
+mbox file as a whole only has to fit `ingest.max_file_bytes` (one task reads it); a binary
+document file is held to `ingest.max_binary_bytes`. `.jsonl.gz` is decompressed as a stream,
+line by line. Markdown files get section spans from their headings.
 """
 
 from __future__ import annotations
