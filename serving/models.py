@@ -82,7 +82,8 @@ CommunityRef = row_model(
     "CommunityRef", "communities", ["community_id", "level", "parent_id", "size"], not_null=("level",),
     title=(str | None, Field(None, description="The report's title; null when the community has no report.")),
     rating=(float | None, None))
-UnitOut = row_model("UnitOut", "text_units", ["unit_id", "doc_id", "ordinal", "text"], not_null=("doc_id", "text"))
+UnitOut = row_model("UnitOut", "text_units", ["unit_id", "doc_id", "ordinal", "text", "page_start", "page_end", "section"],
+                    not_null=("doc_id", "text"), optional=("page_start", "page_end", "section"))
 DocumentOut = row_model("DocumentOut", "documents", ["doc_id", "title", "source_uri", "access_domain"])
 Finding = struct_model("Finding", table("community_reports").schema.field("findings").type.value_type)
 ReportOut = row_model("ReportOut", "community_reports", ["title", "summary", "rating", "rating_explanation"],

@@ -6,6 +6,7 @@ first use, so `import corpusgraph` starts nothing and imports neither Spark, Ray
     cfg = corpusgraph.load_config("conf/local.yaml")
     spark = corpusgraph.build_spark(cfg.spark, storage=cfg.storage)
     corpusgraph.run_index(corpusgraph.RunContext(cfg, spark, kind="index"))
+    corpusgraph.index(spark.table("kb.articles"), cfg)  # or a DataFrame of documents as input
     with corpusgraph.ChatEndpoint(cfg.llm.for_stage("query"), "work/embedded-server.log") as endpoint:
         engine = corpusgraph.open_query_engine(cfg, endpoint.url())
         print(corpusgraph.format_answer(engine.ask("...", method="local")))
@@ -45,6 +46,9 @@ _WHERE = {
     "run_update": "corpusgraph.runner.pipeline",
     "format_summary": "corpusgraph.runner.pipeline",
     "run_estimate": "corpusgraph.runner.dry_run",
+    "index": "corpusgraph.runner.api",
+    "update": "corpusgraph.runner.api",
+    "register_tables": "corpusgraph.runner.api",
     "format_estimate": "corpusgraph.estimate.view",
     "write_chart": "corpusgraph.estimate.view",
     # asking an index
@@ -62,7 +66,7 @@ _WHERE = {
 }
 __all__ = ["__version__", "Config", "ConfigError", "load_config", "build_spark", "use_active_session",
            "ray_on_spark", "RunContext", "StageResult", "run_pipeline", "run_index", "run_update",
-           "format_summary", "run_estimate", "format_estimate", "write_chart", "ChatEndpoint",
+           "format_summary", "run_estimate", "index", "update", "register_tables", "format_estimate", "write_chart", "ChatEndpoint",
            "open_query_engine", "QueryEngine", "IndexStore", "Answer", "format_answer", "normalise_name",
            "create_app", "main", "build_parser"]
 
@@ -75,6 +79,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from corpusgraph.query.engine import QueryEngine
     from corpusgraph.query.open import open_query_engine
     from corpusgraph.query.store import IndexStore
+    from corpusgraph.runner.api import index, register_tables, update
     from corpusgraph.runner.dry_run import run_estimate
     from corpusgraph.runner.passes.cluster import ray_on_spark
     from corpusgraph.runner.pipeline import format_summary, run_index, run_pipeline, run_update

@@ -27,6 +27,7 @@ from corpusgraph.sections.index import (
     IngestSection,
     ReportsSection,
     ResolveSection,
+    TableInput,
 )
 from corpusgraph.sections.query import (
     MOVED_QUERY_KEYS,
@@ -52,8 +53,9 @@ from corpusgraph.sections.serve import ServeKey, ServeSection
 __all__ = [
     "Config", "load_config", "ConfigError",
     "SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_EMBEDDING_MODEL", "EmbeddingSection",
-    "S3Section", "StorageSection", "IngestSection", "ChunkSection", "ExtractSection", "ResolveSection", "CommunitiesSection",
-    "ReportsSection", "QuerySection", "RerankSection", "RetrievalSection", "GlobalSection", "DriftSection", "ServeKey",
+    "S3Section", "StorageSection", "TableInput", "IngestSection", "ChunkSection", "ExtractSection", "ResolveSection",
+    "CommunitiesSection", "ReportsSection", "QuerySection", "RerankSection", "RetrievalSection", "GlobalSection",
+    "DriftSection", "ServeKey",
     "ServeSection", "ModelPrice", "EstimateSection", "UpdateSection",
 ]
 

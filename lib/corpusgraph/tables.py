@@ -24,6 +24,9 @@ class Table:
     key: tuple[str, ...]
     schema: pa.Schema
     doc: str
+    # Columns added to the contract after writers of the table existed: a frame may leave them out
+    # (they are written as null), so those writers and older warehouses keep working.
+    optional: tuple[str, ...] = ()
 
 
 def _t(name: str, key: tuple[str, ...], doc: str, *fields: tuple[str, pa.DataType]) -> Table:
@@ -45,6 +48,9 @@ _CLAIM_MENTION = pa.struct(
         ("end", pa.string()),
     ]
 )
+# A page, section, slide or message of a document's text (stages/ingest/spans.py).
+_SPAN = pa.struct([("kind", pa.string()), ("label", pa.string()), ("char_start", pa.int32()),
+                   ("char_end", pa.int32())])
 _FINDING = pa.struct([("summary", pa.string()), ("explanation", pa.string())])
 
 _ALL = [
@@ -53,15 +59,32 @@ _ALL = [
         ("doc_id", pa.string()), ("source_uri", pa.string()), ("title", pa.string()), ("text", pa.string()),
         ("content_hash", pa.string()), ("access_domain", pa.string()), ("metadata", pa.string()),
         ("ingested_at", _TS), ("deleted", pa.bool_()),
+        # Where the pages, sections, slides or messages of the text lie (null for plain text).
+        ("spans", pa.list_(_SPAN)),
     ),
     _t(
         "quarantine", ("source_uri",), "Inputs that were refused, with the reason; never silently dropped.",
         ("source_uri", pa.string()), ("reason", pa.string()), ("detail", pa.string()), ("seen_at", _TS),
     ),
     _t(
-        "text_units", ("unit_id",), "Token-based chunks with character offsets into their document.",
+        "source_rows", ("source_uri",),
+        "The rows of table and DataFrame inputs behind the documents: which row holds which text, so an "
+        "update that reads only a table's changes (its change data feed) knows which documents are still held.",
+        ("source_uri", pa.string()), ("input", pa.string()), ("content_hash", pa.string()),
+        ("version", pa.int64()), ("deleted", pa.bool_()),
+    ),
+    _t(
+        "input_versions", ("input",), "The version of each table input that ingest read last, and how.",
+        ("input", pa.string()), ("version", pa.int64()), ("mode", pa.string()), ("rows", pa.int64()),
+        ("read_at", _TS),
+    ),
+    _t(
+        "text_units", ("unit_id",), "Token-based chunks with character offsets, pages and section in their document.",
         ("unit_id", pa.string()), ("doc_id", pa.string()), ("ordinal", pa.int32()), ("text", pa.string()),
         ("n_tokens", pa.int32()), ("char_start", pa.int32()), ("char_end", pa.int32()),
+        # The pages the unit's first and last characters are on (null: a document without pages)
+        # and the section its first character is in: a heading, "slide N" or "message '<subject>'".
+        ("page_start", pa.int32()), ("page_end", pa.int32()), ("section", pa.string()),
     ),
     _t(
         "extractions", ("unit_id", "prompt_hash", "model"), "One LLM extraction result per unit, prompt and model.",
@@ -150,6 +173,10 @@ _ALL = [
         ("finished", _TS), ("status", pa.string()), ("stage_counts", pa.string()),
     ),
 ]
+
+# Issue 41's location columns: where in its file a document's parts and a unit lie.
+_OPTIONAL = {"documents": ("spans",), "text_units": ("page_start", "page_end", "section")}
+_ALL = [Table(t.name, t.key, t.schema, t.doc, _OPTIONAL.get(t.name, ())) for t in _ALL]
 
 TABLES: dict[str, Table] = {}
 for _table in _ALL:

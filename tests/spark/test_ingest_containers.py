@@ -113,7 +113,7 @@ def test_many_small_files(spark, tmp_path):
 def test_no_documents_stops_index_and_estimate_loudly(spark, tmp_path, capsys):
     from corpusgraph.cli.main import main
     from corpusgraph.runner.pipeline import run_stage
-    from corpusgraph.runner.steps import index as steps
+    from corpusgraph.runner.steps import ingest as steps
 
     folder = tmp_path / "in"
     folder.mkdir()

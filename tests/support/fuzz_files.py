@@ -13,10 +13,11 @@ import io
 import json
 import random
 
-__all__ = ["make_file", "SUFFIXES"]
+__all__ = ["make_file", "SUFFIXES", "damaged", "DAMAGE"]
 
 SUFFIXES = [".txt", ".md", ".markdown", ".jsonl", ".ndjson", ".jsonl.gz", ".parquet", ".TXT", ".JSONL", ".pdf",
-            ".gz", "", ".txt.gz"]
+            ".gz", "", ".txt.gz", ".docx", ".pptx", ".html", ".eml", ".mbox", ".csv", ".tsv"]
+DAMAGE = ("truncate", "flip", "zero", "cut_tail")
 _SAMPLE = "Mara Voss founded the Lumen Guild in Port Keel. Ilsa Brand — directrice — signed in Grey Hollow. 😀"
 
 
@@ -117,3 +118,22 @@ def make_file(seed: int) -> tuple[str, bytes]:
     if kind == 8:
         return f"f{seed}.md", ("# " + _text(rng) + "\n\n" + _text(rng)).encode()
     return f"f{seed}.jsonl", json.dumps({"text": _text(rng)}).encode() + b"\n"
+
+
+def damaged(data: bytes, rng: random.Random, kind: str | None = None) -> tuple[str, bytes]:
+    """A real file damaged one way (kind, or one drawn): cut short at a random point, a few bytes
+    flipped, a block zeroed, or its last bytes dropped. Returns (kind, bytes)."""
+    kind = kind or rng.choice(DAMAGE)
+    n = len(data)
+    if kind == "truncate":
+        return kind, data[: rng.randrange(1, max(2, n))]
+    if kind == "flip":
+        out = bytearray(data)
+        for _ in range(rng.randrange(1, 20)):
+            i = rng.randrange(n)
+            out[i] ^= 1 << rng.randrange(8)
+        return kind, bytes(out)
+    if kind == "zero":
+        at, size = rng.randrange(n), rng.randrange(16, 4096)
+        return kind, data[:at] + b"\0" * min(size, n - at) + data[at + size:]
+    return kind, data[: max(1, n - rng.randrange(1, min(n, 2048)))]

@@ -167,7 +167,7 @@ def _units_for_tuning(cfg: Config, ingest: bool) -> tuple[list[dict], str]:
         run_pipeline(RunContext(cfg, spark, kind="index"), "prompt-tune")
     finally:
         spark.stop()
-    return read(), ", ".join(cfg.ingest.inputs)
+    return read(), ", ".join(i if isinstance(i, str) else i.key() for i in cfg.ingest.inputs)
 
 
 def cmd_prompt_tune(args) -> int:

@@ -20,6 +20,7 @@ from corpusgraph.tokens import count_tokens, truncate_tokens
 
 __all__ = [
     "Citation",
+    "locator",
     "Answer",
     "format_answer",
     "fill_prompt",
@@ -44,6 +45,24 @@ class Citation:
     doc_id: str
     source_uri: str
     title: str
+    # Where in the file the unit came from (text_units): pages of a PDF, a heading, a slide or an
+    # e-mail message; null where the document has none. locator says it in words ("page 3").
+    page_start: int | None = None
+    page_end: int | None = None
+    section: str | None = None
+    locator: str = ""
+
+
+def locator(page_start: int | None, page_end: int | None, section: str | None) -> str:
+    """"page 3", "pages 3-4", "section 'Exporting readings'", "slide 4", "message '...' of <date>",
+    or a page and a section together; "" when the unit's document has neither."""
+    parts = []
+    if page_start is not None:
+        end = page_end if page_end is not None else page_start
+        parts.append(f"page {page_start}" if end == page_start else f"pages {page_start}-{end}")
+    if section:
+        parts.append(section if section.startswith(("slide ", "message ")) else f"section '{section}'")
+    return ", ".join(parts)
 
 
 @dataclass
@@ -80,7 +99,7 @@ def format_answer(answer: Answer) -> str:
     if answer.citations:
         lines.append("Citations:")
         for i, c in enumerate(answer.citations, 1):
-            where = f"{c.title or 'untitled'}, {c.source_uri or 'unknown source'}"
+            where = f"{c.title or 'untitled'}, {c.source_uri or 'unknown source'}" + (f", {c.locator}" if c.locator else "")
             lines.append(f"[{i}] doc {c.doc_id} ({where}) unit {c.unit_id}")
     lines.extend(describe(answer.coverage))
     lines.append(
@@ -154,7 +173,9 @@ def citations_for(unit_ids: Sequence[str], units: Mapping[str, Mapping], docs: M
         if unit is None:
             continue
         doc = docs.get(unit["doc_id"]) or {}
-        cites.append(Citation(unit_id, unit["doc_id"], doc.get("source_uri") or "", doc.get("title") or ""))
+        pages = unit.get("page_start"), unit.get("page_end"), unit.get("section")
+        cites.append(Citation(unit_id, unit["doc_id"], doc.get("source_uri") or "", doc.get("title") or "", *pages,
+                              locator=locator(*pages)))
     return cites
 
 

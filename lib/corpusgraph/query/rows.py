@@ -40,6 +40,9 @@ class UnitRow(TypedDict):
     n_tokens: int | None
     char_start: int | None
     char_end: int | None
+    page_start: int | None
+    page_end: int | None
+    section: str | None
 
 
 class EntityRow(TypedDict):

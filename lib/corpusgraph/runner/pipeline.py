@@ -62,7 +62,13 @@ def run_pipeline(ctx: RunContext, name: str, only: list[str] | None = None) -> d
         if unknown:
             raise ValueError(f"unknown stages {unknown}; known: {known}")
         chosen = [s for s in chosen if s.recorded_as in only]
-    return run_steps(ctx, chosen)
+    results = run_steps(ctx, chosen)
+    if name in ("index", "update") and ctx.cfg.storage.schema_name:
+        from corpusgraph.storage.catalog import register_tables
+
+        names = register_tables(ctx.spark, ctx.cfg.storage)
+        ctx.log(f"tables registered as {names[0].rsplit('.', 1)[0]}.<table> ({len(names)} tables)")
+    return results
 
 
 def run_index(ctx: RunContext, stages: list[str] | None = None) -> dict[str, StageResult]:

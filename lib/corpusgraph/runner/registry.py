@@ -67,10 +67,12 @@ def stages() -> dict[str, Stage]:
     """Every stage by name, in pipeline order (built on first use: the steps import Spark)."""
     from corpusgraph.runner.steps import embed as embed_step
     from corpusgraph.runner.steps import index as steps
+    from corpusgraph.runner.steps import ingest as ingest_step
     from corpusgraph.runner.steps import update as update_steps
 
     return _by_name([
-        Stage("ingest", steps.ingest, ("ingest", "storage"), writes=("documents", "quarantine")),
+        Stage("ingest", ingest_step.ingest, ("ingest", "storage"),
+              writes=("documents", "quarantine", "source_rows", "input_versions")),
         Stage("chunk", steps.chunk, ("chunk",), reads=("documents",), writes=("text_units",)),
         Stage("chunk_incremental", update_steps.chunk, ("chunk",), reads=("documents",), writes=("text_units",),
               recorded_as="chunk"),

@@ -8,28 +8,91 @@ from pydantic import Field, model_validator
 
 from corpusgraph.sections.base import Section
 
-__all__ = ["IngestSection", "ChunkSection", "ExtractSection", "ResolveSection", "CommunitiesSection",
+__all__ = ["TableInput", "IngestSection", "ChunkSection", "ExtractSection", "ResolveSection", "CommunitiesSection",
            "ReportsSection"]
 
 
+class TableInput(Section):
+    """A table of documents as an ingest input: a Delta table by path, or a catalog table by name."""
+
+    table: str | None = Field(None, description="Catalog table name: catalog.schema.table on Databricks, "
+                              "spark_catalog.db.table elsewhere (the session's catalog must know it).")
+    path: str | None = Field(None, description="Folder or URI of a Delta table (instead of table).")
+    id: str = Field("id", description="Column holding each row's stable id (required: a row's position means "
+                    "nothing across table versions).")
+    text: str = Field("text", description="Column holding the document text.")
+    title: str | None = Field("title", description="Column holding a title; null or missing: the first line.")
+    access_domain: str | None = Field(None, description="Column holding the row's access domain; null: "
+                                      "ingest.access_domain.")
+    metadata: list[str] | None = Field(None, description="Columns kept as metadata; null: every other column.")
+    read: Literal["auto", "full", "cdf"] = Field(
+        "auto", description="How update reads it again: cdf, the Delta change data feed since the version read "
+        "last (an error when the feed is off); full, every row, compared by content hash; auto, the feed when the "
+        "table has it on and the versions since are still there, else full.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TableInput":
+        if bool(self.table) == bool(self.path):
+            raise ValueError("a table input names exactly one of table (a catalog name) and path (a Delta folder)")
+        return self
+
+    def key(self) -> str:
+        """The name the input is recorded under, and the prefix of its rows' source_uri."""
+        return f"delta:{self.table or self.path}"
+
+
 class IngestSection(Section):
-    inputs: list[str] = Field(default_factory=list, description="Files or folders to ingest (.txt, .md, .jsonl, "
-                              ".ndjson, .jsonl.gz, .parquet).")
+    inputs: list[str | TableInput] = Field(
+        default_factory=list, description="Files or folders to ingest (.txt, .md, .jsonl, .ndjson, .jsonl.gz, "
+        ".parquet, .csv, .tsv, .pdf, .docx, .pptx, .html, .htm, .eml, .mbox); a folder holding a _delta_log is read "
+        "as a Delta table with the id/text/title fields below; a mapping {table: name} or {path: folder} is a "
+        "table input with its own column mapping (TableInput).")
     access_domain: str = Field("default", description="Domain given to documents that do not name one.")
-    max_bytes: int = Field(5_000_000, ge=1, description="Largest document: a text file, or one record of a "
-                           "JSON-lines or Parquet file (its text in UTF-8); larger ones go to quarantine as oversized.")
-    max_file_bytes: int = Field(1_000_000_000, ge=1, le=2_000_000_000, description="Largest JSON-lines file "
+    max_bytes: int = Field(5_000_000, ge=1, description="Largest document text (UTF-8): a text file, a record of a "
+                           "JSON-lines, Parquet or CSV file, the text extracted from a PDF, Word, HTML or e-mail "
+                           "file; larger ones go to quarantine as oversized.")
+    max_file_bytes: int = Field(1_000_000_000, ge=1, le=2_000_000_000, description="Largest JSON-lines or mbox file "
                                 "(compressed size for .gz), read whole by one task; larger ones go to quarantine "
                                 "as oversized (split them, or use Parquet, which is read by row group).")
-    text_field: str = Field("text", description="Field holding the text in JSON-lines and Parquet inputs.")
-    id_field: str = Field("id", description="Field holding a source id in JSON-lines and Parquet inputs.")
-    title_field: str = Field("title", description="Field holding a title in JSON-lines and Parquet inputs.")
+    max_binary_bytes: int = Field(100_000_000, ge=1, le=2_000_000_000, description="Largest PDF, Word, PowerPoint, "
+                                  "HTML or e-mail file (its bytes); larger ones go to quarantine as oversized.")
+    text_field: str = Field("text", description="Field holding the text in JSON-lines, Parquet, CSV and Delta inputs.")
+    id_field: str = Field("id", description="Field holding a source id in JSON-lines, Parquet, CSV and Delta inputs.")
+    title_field: str = Field("title", description="Field holding a title in JSON-lines, Parquet, CSV and Delta inputs.")
+    metadata_fields: list[str] | None = Field(None, description="CSV inputs: columns kept as metadata; null: every "
+                                              "column but the text, title and domain.")
+    csv_delimiter: str | None = Field(None, description="CSV field separator; null: a tab for .tsv, else a comma.")
+    csv_encoding: str = Field("UTF-8", description="Encoding of CSV files; a row that does not decode goes to "
+                              "quarantine as unsupported_encoding.")
+    pdf_passwords: list[str] = Field(default_factory=list, description="Passwords tried, in order, on an encrypted "
+                                     "PDF; one that none opens goes to quarantine as encrypted. Never logged.")
+    pdf_columns: Literal["auto", "off"] = Field("auto", description="auto: a page with two text columns is read "
+                                                "column by column; off: in the order the file draws its text.")
+    html_min_chars: int = Field(50, ge=0, description="An HTML page whose main text has fewer non-blank characters "
+                                "goes to quarantine as empty (a login, consent or script-only page).")
+    email_quotes: Literal["strip", "keep"] = Field("strip", description="strip: an e-mail's quoted reply thread and "
+                                                   "signature are left out of its text (each message of a thread is "
+                                                   "its own document); keep: the whole body.")
+    docx_comments: bool = Field(True, description="Append a Word file's review comments (author: text) as a final "
+                                "section 'Comments'.")
+    isolate_parsers: bool = Field(True, description="Parse PDF, Word, PowerPoint, HTML and e-mail files in a worker "
+                                  "process with the time and memory limits below, so one pathological file costs "
+                                  "that file, not the run. Off: in the Spark task itself.")
+    parse_timeout_s: float = Field(120.0, gt=0, description="Most seconds one file may take to parse; past it the "
+                                   "file goes to quarantine as parse_timeout.")
+    parse_memory_mb: int = Field(2048, ge=64, description="Address-space limit of the parse worker in MiB; a file "
+                                 "that needs more goes to quarantine as memory_limit. On a cluster, leave this much "
+                                 "memory per core outside the executor's.")
 
 
 class ChunkSection(Section):
     size_tokens: int = Field(300, ge=16, description="Tokens per text unit.")
     overlap_tokens: int = Field(40, ge=0, description="Tokens shared by consecutive units.")
     encoding: str = Field("cl100k_base", description="tiktoken encoding used to count tokens.")
+    boundary_slack: float = Field(0.25, ge=0, lt=1, description="A page or section boundary in the last this "
+                                  "fraction of a unit's window ends the unit there, and the next unit starts at the "
+                                  "boundary; 0: units ignore boundaries. Documents without pages or sections are "
+                                  "cut exactly as before.")
 
 
 class ExtractSection(Section):

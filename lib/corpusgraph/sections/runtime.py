@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, SecretStr, field_serializer, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, field_serializer, field_validator, model_validator
 
 from corpusgraph.sections.base import Section
 from corpusgraph.sections.endpoints import AzureSection, EmbedProfileName, ProfileName, StageLLMSection, StageName
@@ -331,6 +331,8 @@ class S3Section(Section):
 
 
 class StorageSection(Section):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)  # `schema` is a field's alias
+
     warehouse: str = Field("work/warehouse", description="Folder or URI (s3a://, s3://, abfss://, gs://, dbfs:/) "
                            "holding the Delta tables.")
     index_dir: str = Field("work/index", description="Folder or URI for the FAISS files.")
@@ -342,6 +344,15 @@ class StorageSection(Section):
                                 "progress (Parquet shards of finished answers). null: <cache_dir>, which then must "
                                 "be one folder every node shares (one machine, or a shared filesystem).")
     s3: S3Section = Field(default_factory=S3Section)
+    catalog: str | None = Field(None, description="Catalog the output tables are registered in (spark_catalog "
+                                "locally, a Unity Catalog name on Databricks); null: the session's current catalog. "
+                                "Only used with schema.")
+    schema_name: str | None = Field(None, alias="schema", description="Schema (database) every table is registered "
+                                    "in at the end of each index and update run (CREATE TABLE ... USING DELTA "
+                                    "LOCATION <its folder>), so SQL users and BI tools find entities, relationships "
+                                    "and community_reports by name; null: not registered. Spark's built-in catalog "
+                                    "forgets them when the session ends (call corpusgraph.register_tables in a new "
+                                    "session), a Hive metastore or Unity Catalog keeps them.")
     run_lock_stale_s: float = Field(600.0, gt=0, description="A run lock (<warehouse>/_run.lock) whose heartbeat is "
                                     "older than this is taken over; on this host, a dead holder's lock at once.")
 

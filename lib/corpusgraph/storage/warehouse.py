@@ -6,6 +6,8 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
+import pyarrow as pa
+
 from corpusgraph.tables import TABLES, spark_schema, table, table_path
 
 __all__ = ["Warehouse", "conform"]
@@ -38,10 +40,34 @@ class Warehouse:
 
                 DeltaTable.createIfNotExists(self.spark).location(self.path(name)).addColumns(
                     spark_schema(name)).execute()
+                self._add_missing_columns(name)
             elif not (Path(self.path(name)) / "_delta_log").is_dir():  # not yet a Delta table
                 from deltalake import DeltaTable as RsTable
 
                 RsTable.create(self.path(name), schema=table(name).schema, mode="ignore")
+            else:
+                self._add_missing_columns(name)
+
+    def _add_missing_columns(self, name: str) -> None:
+        """Columns the contract gained since the table was made (all nullable), added to it, so a
+        warehouse made before them still merges and reads (e.g. documents.spans, text_units.page_start)."""
+        declared = table(name).schema
+        if self.local:
+            from deltalake import DeltaTable as RsTable
+            from deltalake import Field, Schema
+
+            rs = RsTable(self.path(name))
+            have = {f.name for f in rs.schema().fields}
+            missing = [f for f in declared if f.name not in have]
+            if missing:
+                wanted = Schema.from_arrow(pa.schema(missing))
+                rs.alter.add_columns([Field(f.name, f.type, nullable=True) for f in wanted.fields])
+            return
+        have = set(self.read(name).columns)
+        missing = [f for f in spark_schema(name).fields if f.name not in have]
+        if missing:
+            cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+            self.spark.sql(f"ALTER TABLE delta.`{self.path(name)}` ADD COLUMNS ({cols})")
 
     def read(self, name: str):
         return self.spark.read.format("delta").load(self.path(name))
@@ -82,11 +108,13 @@ class Warehouse:
         self.conform(name, df).write.format("delta").mode("append").save(self.path(name))
 
     def merge(self, name: str, df, *, update: bool = True, delete_missing: bool = False,
-              soft_delete: str | None = None) -> None:
+              soft_delete: str | None = None, scope: str | None = None) -> None:
         """Upsert on the table's key.
 
         update: matched rows take the new values. delete_missing: target rows absent from df are
         deleted. soft_delete: instead, set this boolean column to true on them (documents).
+        scope: a SQL condition on the target row (alias t) limiting which absent rows are deleted
+        or soft-deleted (the rows of one input, when df holds only that input's).
         """
         from delta.tables import DeltaTable
 
@@ -98,10 +126,11 @@ class Warehouse:
         elif soft_delete:  # a document that comes back is live again; nothing else changes
             m = m.whenMatchedUpdate(condition=f"t.`{soft_delete}`", set={soft_delete: "false"})
         m = m.whenNotMatchedInsertAll()
+        where = f" AND ({scope})" if scope else ""
         if soft_delete:
-            m = m.whenNotMatchedBySourceUpdate(condition=f"NOT t.`{soft_delete}`", set={soft_delete: "true"})
+            m = m.whenNotMatchedBySourceUpdate(condition=f"NOT t.`{soft_delete}`{where}", set={soft_delete: "true"})
         elif delete_missing:
-            m = m.whenNotMatchedBySourceDelete()
+            m = m.whenNotMatchedBySourceDelete(condition=scope)
         m.execute()
 
     def upsert_records(self, name: str, records: list[dict]) -> None:
@@ -149,11 +178,14 @@ class Warehouse:
 
 def conform(name: str, df):
     """The frame with exactly table `name`'s columns, in order and declared types; a clear error
-    when a column is missing (a stage bug, caught before anything is written)."""
+    when a column is missing (a stage bug, caught before anything is written), except the table's
+    optional columns, written as null."""
     from pyspark.sql import functions as F
 
     schema = spark_schema(name)
-    missing = [f.name for f in schema if f.name not in df.columns]
+    optional = set(table(name).optional)
+    missing = [f.name for f in schema if f.name not in df.columns and f.name not in optional]
     if missing:
         raise ValueError(f"output for table {name!r} lacks columns {missing}; it has {df.columns}")
-    return df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema])
+    return df.select([(F.col(f.name) if f.name in df.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                      for f in schema])

@@ -188,7 +188,8 @@ def test_query_returns_the_answer_with_citations_from_the_index(store):
         body = r.json()
         assert body["answer"] == "Mara Voss [R1]." and body["method"] == "local" and body["error"] is None
         assert body["citations"] and {c["doc_id"] for c in body["citations"]} <= LIVE_DOCS
-        assert set(body["citations"][0]) == {"unit_id", "doc_id", "source_uri", "title"}
+        assert set(body["citations"][0]) == {"unit_id", "doc_id", "source_uri", "title", "page_start", "page_end", "section",
+                                                 "locator"}
         assert body["citations"][0]["source_uri"].startswith("file:///corpus/")
         assert (body["llm_calls"], body["tokens_in"], body["tokens_out"]) == (1, 100, 10)
         assert body["usd"] == pytest.approx(0.12) and body["route_reason"] is None

@@ -1,4 +1,4 @@
-"""One step per stage: read inputs from Delta, call the pure transforms, write the outputs.
+"""One step per stage (ingest's is runner/steps/ingest.py): read inputs from Delta, call the pure transforms, write the outputs.
 
 A step gets a StageContext (its declared tables, Spark, hand-off folders, the chat endpoint) and,
 as keyword arguments, the config sections its registry entry names (runner/registry.py); it never sees
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from corpusgraph.config import (ChunkSection, CommunitiesSection, ExtractSection, IngestSection, LLMSection, RaySection,
-                                ReportsSection, ResolveSection, StorageSection)
+from corpusgraph.config import (ChunkSection, CommunitiesSection, ExtractSection, LLMSection, RaySection, ReportsSection,
+                                ResolveSection)
 from corpusgraph.llm.base import Usage
 from corpusgraph.prompts import load_prompt
 from corpusgraph.runner import progress
@@ -24,89 +24,9 @@ from corpusgraph.stages import communities as comm_stage
 from corpusgraph.stages import reports as report_stage
 from corpusgraph.stages.extract import llm as extract_stage
 from corpusgraph.stages.extract import fast as extract_fast_stage
-from corpusgraph.stages.ingest import files as ingest_stage
 from corpusgraph.tables import spark_schema, spark_struct
 
-__all__ = ["NoDocumentsError", "ingest", "chunk", "extract", "resolve", "communities", "reports", "graph_arrays",
-           "membership_frame"]
-
-
-class NoDocumentsError(ValueError):
-    """Ingest found no document in its inputs: the run stops here, loudly, instead of building
-    (or estimating) an empty index."""
-
-
-def _read_inputs(spark, sec: IngestSection, s3=None):
-    """The parsed records (PARSED_SCHEMA rows) of every input file.
-
-    Parquet files go through Spark's Parquet reader (row groups in parallel), after their
-    footers are checked on the driver; everything else is read by the binaryFile source, one
-    file per row. Returns (parsed frame, files listed, files the binaryFile source reads).
-    """
-    from corpusgraph.stages.ingest import parquet as ingest_pq
-
-    reader = spark.read.format("binaryFile").option("recursiveFileLookup", "true")
-    files = reader.load(sec.inputs)
-    listed = files.inputFiles()
-    parquet = [p for p in listed if ingest_stage.suffix_of(p) == ".parquet"]
-    parts = []
-    if parquet:
-        # Listed again without the Parquet files, so their bytes are never read as one value.
-        others = [p for p in listed if ingest_stage.suffix_of(p) != ".parquet"]
-        files = spark.read.format("binaryFile").load(others) if others else None
-        listed_others = others
-        good, refused = ingest_pq.probe_footers(parquet, s3)
-        if refused:
-            parts.append(spark.createDataFrame(
-                [tuple(r.get(f.name) for f in ingest_stage.PARSED_SCHEMA) for r in refused],
-                spark_struct(ingest_stage.PARSED_SCHEMA)))
-        if good:
-            rows = spark.read.option("mergeSchema", "true").parquet(*good).select(
-                "*", F.col("_metadata.file_path").alias(ingest_pq.PATH_COL),
-                F.col("_metadata.row_index").alias(ingest_pq.ROW_COL))
-            parts.append(ingest_pq.parse_parquet_rows(rows, sec))
-    else:
-        listed_others = listed
-    if files is not None:
-        files = ingest_stage.with_empty_files(files, listed_others)
-        parts.append(ingest_stage.parse_files(files, sec))
-    parsed = parts[0]
-    for part in parts[1:]:
-        parsed = parsed.unionByName(part)
-    return parsed, len(listed), len(listed_others)
-
-
-def ingest(st: StageContext, *, ingest: IngestSection, storage: StorageSection) -> StageResult:
-    sec = ingest
-    if not sec.inputs:
-        raise ValueError("ingest.inputs is empty: name the files or folders to index in the config")
-    parsed, n_files, n_binary = _read_inputs(st.spark, sec, storage.s3)
-    parsed = parsed.cache()
-    docs = ingest_stage.documents_from(parsed).cache()
-    quarantine = ingest_stage.quarantine_from(parsed)
-    # The pass that reads and parses every file (it fills the caches), in files read.
-    with progress.spark_records(st.spark, "ingest", "files", n_binary, source="Scan binaryFile"):
-        stats = docs.agg(F.count("*").alias("docs"), F.sum(F.col("copies") - 1).alias("dups")).first()
-    n_docs = int(stats["docs"] or 0)
-    if n_docs:
-        st.tables.merge("documents", docs, update=False, soft_delete="deleted")
-    n_quarantine = quarantine.count()
-    if n_quarantine:
-        st.tables.merge("quarantine", quarantine)
-    by_reason = {r["reason"]: r["count"] for r in quarantine.groupBy("reason").count().collect()}
-    parsed.unpersist()
-    docs.unpersist()
-    reasons = ", ".join(f"{k}={v}" for k, v in sorted(by_reason.items()))
-    if n_docs == 0:
-        raise NoDocumentsError(
-            f"ingest found no documents in {sec.inputs}: {n_files} files listed, {n_quarantine} inputs "
-            f"quarantined ({reasons or 'none'}; see the quarantine table under {storage.warehouse}). "
-            f"Check ingest.inputs, ingest.max_bytes ({sec.max_bytes}) and ingest.text_field ({sec.text_field!r}).")
-    result = StageResult(rows={"documents": n_docs, "duplicates_collapsed": int(stats["dups"] or 0),
-                               "quarantined": n_quarantine})
-    if by_reason:
-        result.notes.append("quarantined by reason: " + reasons)
-    return result
+__all__ = ["chunk", "extract", "resolve", "communities", "reports", "graph_arrays", "membership_frame"]
 
 
 def chunk(st: StageContext, *, chunk: ChunkSection) -> StageResult:

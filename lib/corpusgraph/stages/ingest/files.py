@@ -2,19 +2,21 @@
 
 The pure part (`parse_file`) turns one file's bytes into document records or quarantine
 records, never raising for bad input. The Spark part maps it over `binaryFile` rows with
-mapInArrow and collapses duplicate texts by content hash. Parquet inputs are read by Spark's own
-Parquet reader instead (stages/ingest/parquet.py: row groups in parallel, no whole-file bytes).
+mapInArrow and collapses duplicate texts by content hash. Parquet and CSV inputs are read by
+Spark's own readers instead (stages/ingest/parquet.py, tabular.py: no whole-file bytes). PDF,
+Word, PowerPoint, HTML and e-mail files go to the readers of formats.py through the guard's worker
+process (guard.py: a time and memory limit per file); text and JSON-lines are read here, inline.
 
-A JSON-lines or Parquet file is a container of documents: `ingest.max_bytes` applies to each
-record's text (an oversized record is quarantined as `file#id`), and a JSON-lines file as a
-whole only has to fit `ingest.max_file_bytes` (one task reads it). `.jsonl.gz` is decompressed
-as a stream, line by line.
+A JSON-lines, Parquet, CSV or mbox file is a container of documents: `ingest.max_bytes` applies
+to each record's text (an oversized record is quarantined as `file#id`), and a JSON-lines or
+mbox file as a whole only has to fit `ingest.max_file_bytes` (one task reads it); a binary
+document file is held to `ingest.max_binary_bytes`. `.jsonl.gz` is decompressed as a stream,
+line by line. Markdown files get section spans from their headings.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import zlib
@@ -24,39 +26,21 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from corpusgraph.config import IngestSection
+from corpusgraph.stages.ingest.formats import BINARY_SUFFIXES, CONTAINER_SUFFIXES
+from corpusgraph.stages.ingest.records import PARSED_SCHEMA, _from_mapping, _record_uri, content_hash, parsed_batches
+from corpusgraph.stages.ingest.records import document as _document
+from corpusgraph.stages.ingest.records import refuse as _refuse
+from corpusgraph.stages.ingest.spans import heading_spans
 from corpusgraph.tables import spark_struct
 
 __all__ = ["parse_file", "iter_file", "suffix_of", "is_container", "PARSED_SCHEMA", "parse_files", "with_empty_files", "documents_from", "quarantine_from", "content_hash"]
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text"}
+MARKDOWN_SUFFIXES = {".md", ".markdown"}
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
-SUPPORTED = TEXT_SUFFIXES | JSONL_SUFFIXES | {".parquet"} | {s + ".gz" for s in JSONL_SUFFIXES}
-_RECORDS_PER_BATCH = 2000  # records per Arrow batch out of a container file (bounds worker memory)
-
-# One row per parsed record: outcome is "document" or "quarantine".
-PARSED_SCHEMA = pa.schema(
-    [
-        ("outcome", pa.string()),
-        ("source_uri", pa.string()),
-        ("title", pa.string()),
-        ("text", pa.string()),
-        ("content_hash", pa.string()),
-        ("access_domain", pa.string()),
-        ("metadata", pa.string()),
-        ("reason", pa.string()),
-        ("detail", pa.string()),
-        ("input_file", pa.string()),  # the file a record came from (Parquet inputs only)
-    ]
-)
-
-
-def content_hash(text: str) -> str:
-    """The document id: a hash of the text alone, so the same text from two places is one document."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-
-
-def _refuse(uri: str, reason: str, detail: str) -> dict:
-    return {"outcome": "quarantine", "source_uri": uri, "reason": reason, "detail": detail[:1000]}
+CSV_SUFFIXES = {".csv", ".tsv"}
+SUPPORTED = (TEXT_SUFFIXES | JSONL_SUFFIXES | {".parquet"} | {s + ".gz" for s in JSONL_SUFFIXES} | CSV_SUFFIXES
+             | BINARY_SUFFIXES)
 
 
 def _looks_binary(data: bytes) -> bool:
@@ -67,34 +51,13 @@ def _looks_binary(data: bytes) -> bool:
     return len(head) > 0 and control / len(head) > 0.10
 
 
-def _utf8(value: str) -> bool:
-    """Whether `value` can be stored: JSON's \\ud800-style escapes give strings with lone
-    surrogates, which no UTF-8 column (Arrow, Delta, Spark) can hold."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _document(uri: str, title: str, text: str, domain: str, metadata: dict) -> dict:
-    return {
-        "outcome": "document",
-        "source_uri": uri,
-        "title": title.strip()[:300],
-        "text": text,
-        "content_hash": content_hash(text),
-        "access_domain": domain,
-        "metadata": json.dumps(metadata, sort_keys=True, default=str),
-    }
-
-
 def _text_record(uri: str, text: str, section: IngestSection) -> dict:
     if not text.strip():
         return _refuse(uri, "empty", "no text after decoding")
     first = text.strip().splitlines()[0]
     title = first.lstrip("#").strip() or PurePosixPath(uri).stem
-    return _document(uri, title, text, section.access_domain, {})
+    spans = heading_spans(text) if suffix_of(uri) in MARKDOWN_SUFFIXES else None
+    return _document(uri, title, text, section.access_domain, {}, spans)
 
 
 def suffix_of(uri: str) -> str:
@@ -106,38 +69,17 @@ def suffix_of(uri: str) -> str:
 
 
 def is_container(uri: str) -> bool:
-    """JSON-lines (plain or gzip): many documents per file, read whole by one task."""
-    return suffix_of(uri) in JSONL_SUFFIXES | {s + ".gz" for s in JSONL_SUFFIXES}
+    """JSON-lines (plain or gzip) and mailboxes: many documents per file, read whole by one task."""
+    return suffix_of(uri) in JSONL_SUFFIXES | {s + ".gz" for s in JSONL_SUFFIXES} | CONTAINER_SUFFIXES
 
 
-def _from_mapping(uri: str, obj: object, section: IngestSection) -> dict:
-    if not isinstance(obj, dict):
-        return _refuse(uri, "bad_record", f"expected a JSON object, got {type(obj).__name__}")
-    text = obj.get(section.text_field)
-    if not isinstance(text, str) or not text.strip():
-        return _refuse(uri, "empty", f"field {section.text_field!r} is missing or empty")
-    if not _utf8(text):
-        return _refuse(uri, "not_utf8", f"field {section.text_field!r} holds a lone surrogate (an escape like \\ud800)")
-    size = len(text.encode("utf-8"))
-    if size > section.max_bytes:
-        return _refuse(uri, "oversized", f"record text of {size} bytes > ingest.max_bytes={section.max_bytes}")
-    title = obj.get(section.title_field) or (text.strip().splitlines()[0][:120])
-    domain = obj.get("domain") or obj.get("access_domain") or section.access_domain
-    skip = {section.text_field, section.title_field, "domain", "access_domain"}
-    metadata = {k: v for k, v in obj.items() if k not in skip}
-    if not _utf8(str(domain)):
-        return _refuse(uri, "bad_record", "the access domain holds a lone surrogate")
-    try:
-        return _document(uri, str(title).encode("utf-8", "replace").decode("utf-8"), text, str(domain), metadata)
-    except (ValueError, RecursionError) as exc:  # metadata nested too deep to write back as JSON
-        return _refuse(uri, "bad_record", f"metadata: {type(exc).__name__}: {str(exc)[:200]}")
-
-
-def _record_uri(uri: str, obj: object, section: IngestSection, position: int) -> str:
-    rid = obj.get(section.id_field) if isinstance(obj, dict) else None
-    if isinstance(rid, (dict, list)) or rid in (None, "") or not _utf8(str(rid)) or len(str(rid)) > 200:
-        return f"{uri}#L{position}"  # an id that cannot name the record: its position does
-    return f"{uri}#{rid}"
+def size_limit(uri: str, section: IngestSection) -> tuple[int, str]:
+    """(the largest size of this file, the setting that says so)."""
+    if is_container(uri):
+        return section.max_file_bytes, "max_file_bytes"
+    if suffix_of(uri) in BINARY_SUFFIXES:
+        return section.max_binary_bytes, "max_binary_bytes"
+    return section.max_bytes, "max_bytes"
 
 
 def parse_file(uri: str, data: bytes | None, size: int, section: IngestSection) -> list[dict]:
@@ -151,7 +93,7 @@ def iter_file(uri: str, data: bytes | None, size: int, section: IngestSection) -
     if suffix not in SUPPORTED:
         yield _refuse(uri, "unsupported_format", f"suffix {suffix or '(none)'}; supported: {sorted(SUPPORTED)}")
         return
-    limit, name = (section.max_file_bytes, "max_file_bytes") if is_container(uri) else (section.max_bytes, "max_bytes")
+    limit, name = size_limit(uri, section)
     if size > limit:
         hint = "; split it, or use Parquet (read by row group)" if is_container(uri) else ""
         yield _refuse(uri, "oversized", f"{size} bytes > ingest.{name}={limit}{hint}")
@@ -159,8 +101,16 @@ def iter_file(uri: str, data: bytes | None, size: int, section: IngestSection) -
     if not data:
         yield _refuse(uri, "empty", "zero bytes")
         return
+    if suffix in BINARY_SUFFIXES:
+        yield from _binary_records(uri, data, section)
+        return
     if suffix == ".parquet":
         yield from _parse_parquet(uri, data, section)
+        return
+    if suffix in CSV_SUFFIXES:
+        from corpusgraph.stages.ingest.tabular import csv_bytes_records
+
+        yield from csv_bytes_records(uri, data, section)
         return
     if suffix.endswith(".gz"):
         yield from _jsonl_records(uri, gzip.GzipFile(fileobj=io.BytesIO(data)), section, compressed=True)
@@ -177,6 +127,19 @@ def iter_file(uri: str, data: bytes | None, size: int, section: IngestSection) -
         yield _text_record(uri, text.lstrip("\ufeff"), section)
         return
     yield from _jsonl_records(uri, io.BytesIO(data), section, compressed=False)
+
+
+def _binary_records(uri: str, data: bytes, section: IngestSection) -> list[dict]:
+    """PDF, Word, PowerPoint, HTML and e-mail files: through the guard's worker process (a time and
+    memory limit per file) unless ingest.isolate_parsers is off."""
+    if not section.isolate_parsers:
+        from corpusgraph.stages.ingest.formats import parse
+
+        return parse(uri, data, section)
+    from corpusgraph.stages.ingest.guard import guard_for
+
+    status, value = guard_for(section.parse_memory_mb).run(uri, data, section, section.parse_timeout_s)
+    return value if status == "ok" else [_refuse(uri, status, str(value))]
 
 
 def _jsonl_records(uri: str, stream: Iterable[bytes], section: IngestSection, compressed: bool) -> Iterator[dict]:
@@ -222,18 +185,6 @@ def _parse_parquet(uri: str, data: bytes, section: IngestSection) -> list[dict]:
     return out or [_refuse(uri, "empty", "no rows")]
 
 
-def parsed_batches(records: Iterable[dict]) -> Iterator[pa.RecordBatch]:
-    """PARSED_SCHEMA batches of at most _RECORDS_PER_BATCH records, in order."""
-    chunk: list[dict] = []
-    for rec in records:
-        chunk.append(rec)
-        if len(chunk) >= _RECORDS_PER_BATCH:
-            yield pa.RecordBatch.from_pylist(chunk, schema=PARSED_SCHEMA)
-            chunk = []
-    if chunk:
-        yield pa.RecordBatch.from_pylist(chunk, schema=PARSED_SCHEMA)
-
-
 def _file_records(batches: Iterator[pa.RecordBatch], section: IngestSection) -> Iterator[dict]:
     for batch in batches:
         for i in range(batch.num_rows):  # one file's bytes at a time, not the batch's as Python objects
@@ -259,11 +210,18 @@ def parse_files(files, section: IngestSection):
     from pyspark.sql import functions as F
 
     lower = F.lower(F.col("path"))
-    container = F.lit(False)
-    for suffix in sorted(JSONL_SUFFIXES | {x + ".gz" for x in JSONL_SUFFIXES}):
-        container = container | lower.endswith(suffix)
-    fits = (container & (F.col("length") <= section.max_file_bytes)) | (
-        ~container & (F.col("length") <= section.max_bytes))
+
+    def any_suffix(suffixes) -> object:
+        hit = F.lit(False)
+        for suffix in sorted(suffixes):
+            hit = hit | lower.endswith(suffix)
+        return hit
+
+    container = any_suffix(JSONL_SUFFIXES | {x + ".gz" for x in JSONL_SUFFIXES} | CONTAINER_SUFFIXES)
+    binary = ~container & any_suffix(BINARY_SUFFIXES)
+    fits = ((container & (F.col("length") <= section.max_file_bytes))
+            | (binary & (F.col("length") <= section.max_binary_bytes))
+            | (~container & ~binary & (F.col("length") <= section.max_bytes)))
     small = files.where(fits).select("path", "length", "content")
     big = files.where(~fits).select("path", "length", F.lit(None).cast("binary").alias("content"))
     return small.unionByName(big).mapInArrow(lambda it: _parse_batches(it, section), spark_struct(PARSED_SCHEMA))
@@ -296,6 +254,7 @@ def documents_from(parsed):
         first("text", "source_uri").alias("text"),
         first("access_domain", "source_uri").alias("access_domain"),
         first("metadata", "source_uri").alias("metadata"),
+        first("spans", "source_uri").alias("spans"),
         F.count("*").alias("copies"),
     ).select(
         F.col("content_hash").alias("doc_id"),
@@ -305,6 +264,7 @@ def documents_from(parsed):
         "content_hash",
         "access_domain",
         "metadata",
+        "spans",
         F.current_timestamp().alias("ingested_at"),
         F.lit(False).alias("deleted"),
         "copies",

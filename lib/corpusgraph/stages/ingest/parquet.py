@@ -16,10 +16,11 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from corpusgraph.config import IngestSection
-from corpusgraph.stages.ingest.files import PARSED_SCHEMA, _from_mapping, _record_uri, _refuse, parsed_batches
+from corpusgraph.stages.ingest.records import PARSED_SCHEMA, _from_mapping, _record_uri, parsed_batches
+from corpusgraph.stages.ingest.records import refuse as _refuse
 from corpusgraph.tables import spark_struct
 
-__all__ = ["probe_footers", "parse_parquet_rows", "PATH_COL", "ROW_COL"]
+__all__ = ["filesystem", "read_head", "probe_footers", "parse_parquet_rows", "PATH_COL", "ROW_COL"]
 
 PATH_COL, ROW_COL = "_cg_input_file", "_cg_row_index"  # added by the reader; never a user column
 
@@ -29,26 +30,38 @@ def _local_form(uri: str) -> str:
     return uri.replace("file:///", "file:/", 1)
 
 
+def filesystem(uri: str, s3=None):
+    """(pyarrow filesystem, path) of a file as Spark's listing names it."""
+    import pyarrow.fs as pafs
+
+    from corpusgraph.storage import locations as storage
+
+    # pyarrow wants file:///x where Spark writes file:/x.
+    if uri.startswith("file:/"):
+        return pafs.FileSystem.from_uri("file:///" + uri[len("file:/"):].lstrip("/"))
+    if uri.split("://", 1)[0].lower() in (*storage.S3_SCHEMES, "gs", "abfss"):
+        return storage.arrow_filesystem(uri, s3)
+    return pafs.FileSystem.from_uri(uri)
+
+
+def read_head(uri: str, size: int, s3=None) -> bytes:
+    """The first `size` bytes of a file (a CSV header; never the whole file)."""
+    fs, path = filesystem(uri, s3)
+    with fs.open_input_stream(path) as f:
+        return f.read(size)
+
+
 def probe_footers(paths: Sequence[str], s3=None) -> tuple[list[str], list[dict]]:
     """(readable paths with rows, quarantine records for the others), reading footers only.
     s3: how to reach an S3 store (corpusgraph.config.S3Section) for s3a:// and s3:// inputs."""
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
-
-    from corpusgraph.storage import locations as storage
 
     good, bad = [], []
     columns: dict[str, tuple[str, str]] = {}  # column (lower case) -> (type, first file with it)
     for uri in paths:
         name = _local_form(uri)
         try:
-            # pyarrow wants file:///x where Spark writes file:/x.
-            if uri.startswith("file:/"):
-                fs, path = pafs.FileSystem.from_uri("file:///" + uri[len("file:/"):].lstrip("/"))
-            elif uri.split("://", 1)[0].lower() in (*storage.S3_SCHEMES, "gs", "abfss"):
-                fs, path = storage.arrow_filesystem(uri, s3)
-            else:
-                fs, path = pafs.FileSystem.from_uri(uri)
+            fs, path = filesystem(uri, s3)
             if fs.get_file_info(path).size == 0:
                 bad.append(_refuse(name, "empty", "zero bytes"))
                 continue

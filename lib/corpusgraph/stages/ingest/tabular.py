@@ -1,0 +1,129 @@
+"""Rows as documents: CSV/TSV files, Delta tables (by path or catalog name) and DataFrames.
+
+Each row is one record, mapped like a JSON-lines record (files._from_mapping: the text, title and
+id fields, the access domain, the other columns as metadata). CSV files are read by Spark's CSV
+reader with multiLine on (quoted fields may hold newlines; a file is then never split, so its rows
+reach one task in order and are numbered there), all columns as strings, and a ragged row lands in
+a corrupt-record column and goes to quarantine as `bad_record`. A row whose text or title decoded
+to U+FFFD is not in ingest.csv_encoding: `unsupported_encoding`. Table rows are named
+`delta:<table or path>#<id>`; an id is required, since a position means nothing across versions.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Iterable, Iterator
+
+import pyarrow as pa
+
+from corpusgraph.config import IngestSection, TableInput
+from corpusgraph.stages.ingest.records import PARSED_SCHEMA, _from_mapping, _record_uri, parsed_batches, refuse
+from corpusgraph.tables import spark_struct
+
+__all__ = ["csv_bytes_records", "csv_header", "csv_delimiter", "parse_csv_rows", "table_section", "parse_table_rows",
+           "PATH_COL", "CORRUPT_COL", "DOMAIN_COL"]
+
+PATH_COL, CORRUPT_COL = "_cg_input_file", "_cg_corrupt"  # added by the reader; never a user column
+DOMAIN_COL = "access_domain"  # what _from_mapping reads a row's domain from
+
+
+def csv_delimiter(uri: str, section: IngestSection) -> str:
+    return section.csv_delimiter or ("\t" if uri.lower().endswith(".tsv") else ",")
+
+
+def csv_header(head: bytes, uri: str, section: IngestSection) -> list[str] | None:
+    """The column names of a CSV file from its first bytes (quoting and a BOM respected), or None."""
+    text = head.decode(section.csv_encoding, "replace").lstrip("\ufeff")
+    try:
+        row = next(csv.reader(io.StringIO(text), delimiter=csv_delimiter(uri, section)), None)
+    except csv.Error:
+        return None
+    return [c.strip() for c in row] if row and any(c.strip() for c in row) else None
+
+
+def _mapped(uri: str, row: dict, position: int, section: IngestSection) -> dict:
+    if section.metadata_fields is not None:
+        keep = {section.text_field, section.title_field, section.id_field, "domain", "access_domain",
+                *section.metadata_fields}
+        row = {k: v for k, v in row.items() if k in keep}
+    rid_uri = _record_uri(uri, row, section, position)
+    text, title = row.get(section.text_field), row.get(section.title_field)
+    if any(isinstance(v, str) and "\ufffd" in v for v in (text, title)):
+        return refuse(rid_uri, "unsupported_encoding", f"row {position} is not valid {section.csv_encoding}; set "
+                      "ingest.csv_encoding")
+    return _from_mapping(rid_uri, row, section)
+
+
+def csv_bytes_records(uri: str, data: bytes, section: IngestSection) -> Iterator[dict]:
+    """A CSV file's bytes with the standard library (parse_file's path; the ingest step reads CSV
+    with Spark's reader, which gives the same records)."""
+    text = data.decode(section.csv_encoding, "replace").lstrip("\ufeff")
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=csv_delimiter(uri, section))
+    try:
+        header = next(reader, None)
+        if not header or not any(c.strip() for c in header):
+            yield refuse(uri, "empty", "no header row")
+            return
+        header = [c.strip() for c in header]
+        n = 0
+        for n, cells in enumerate(reader, start=1):
+            if not cells:
+                continue
+            if len(cells) != len(header):
+                yield refuse(f"{uri}#L{n}", "bad_record", f"row has {len(cells)} fields, header has {len(header)}")
+                continue
+            yield _mapped(uri, dict(zip(header, cells)), n, section)
+    except csv.Error as exc:
+        yield refuse(uri, "bad_record", f"csv: {exc}")
+        return
+    if n == 0:
+        yield refuse(uri, "empty", "no rows under the header")
+
+
+def _csv_records(batches: Iterable[pa.RecordBatch], section: IngestSection, header: list[str]) -> Iterator[dict]:
+    seen: dict[str, int] = {}  # path -> rows so far (a multiLine file is read whole, in order, by one task)
+    for batch in batches:
+        for row in batch.to_pylist():
+            path = row.pop(PATH_COL).replace("file:///", "file:/", 1)
+            corrupt = row.pop(CORRUPT_COL)
+            position = seen.get(path, 0) + 1
+            seen[path] = position
+            if corrupt is not None:
+                fields = len(next(csv.reader([corrupt]), []))
+                rec = refuse(f"{path}#L{position}", "bad_record", f"row has {fields} fields, header has {len(header)}")
+            else:
+                rec = _mapped(path, row, position, section)
+            rec["input_file"] = path
+            yield rec
+
+
+def parse_csv_rows(rows, section: IngestSection, header: list[str]):
+    """rows: Spark's CSV reader over files sharing `header`, all columns strings, with CORRUPT_COL
+    and PATH_COL (the step reads them; see runner/steps/ingest.py) -> PARSED rows."""
+    return rows.mapInArrow(lambda it: parsed_batches(_csv_records(it, section, header)), spark_struct(PARSED_SCHEMA))
+
+
+def table_section(section: IngestSection, table: TableInput) -> IngestSection:
+    """The ingest section with a table input's column mapping as its field names."""
+    return section.model_copy(update={"text_field": table.text, "id_field": table.id,
+                                      "title_field": table.title or "\x00no title column"})
+
+
+def _table_records(batches: Iterable[pa.RecordBatch], section: IngestSection, prefix: str) -> Iterator[dict]:
+    for batch in batches:
+        for row in batch.to_pylist():
+            rid = row.get(section.id_field)
+            if rid in (None, ""):
+                yield refuse(f"{prefix}#(no id)", "bad_record", f"row without a value in id column {section.id_field!r}")
+                continue
+            obj = {k: (v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else v) for k, v in row.items()}
+            rec = _from_mapping(f"{prefix}#{rid}", obj, section)
+            rec["input_file"] = prefix
+            yield rec
+
+
+def parse_table_rows(rows, section: IngestSection, prefix: str):
+    """rows: the mapped columns of a table or DataFrame (id, text, title, access_domain, metadata
+    columns) -> PARSED rows named `<prefix>#<id>`."""
+    return rows.mapInArrow(lambda it: parsed_batches(_table_records(it, section, prefix)), spark_struct(PARSED_SCHEMA))
