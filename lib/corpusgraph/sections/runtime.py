@@ -164,7 +164,7 @@ class EmbeddingSection(Section):
     and which FAISS index the embed stage writes for them."""
 
     backend: Literal["bundled", "openai"] = Field(
-        "bundled", description="bundled: all-MiniLM-L6-v2 in numpy on CPU (384 dimensions, no server). openai: "
+        "bundled", description="bundled: all-MiniLM-L6-v2 on CPU (384 dimensions, no server). openai: "
         "any OpenAI-compatible /v1/embeddings endpoint (vLLM, TEI, Ollama, OpenAI); the dimension is the answers'.")
     model: str = Field(BUNDLED_EMBEDDING_MODEL, description="Embedding model: with backend bundled only "
                        f"{BUNDLED_EMBEDDING_MODEL!r}; with openai the `model` sent to the endpoint. Recorded in "
@@ -176,6 +176,11 @@ class EmbeddingSection(Section):
     api_key: SecretStr | None = Field(None, description="openai: bearer key; write ${VAR} here, never a literal.")
     batch_size: int = Field(32, ge=1, description="Texts per forward pass (bundled) or per HTTP request (openai).")
     max_tokens: int = Field(256, ge=8, description="bundled: word pieces kept per text.")
+    runtime: Literal["onnxruntime", "numpy"] = Field(
+        "onnxruntime", description="bundled: onnxruntime runs a graph built from the shipped weights; numpy is the "
+        "exact reference forward pass, several times slower (tests/benchmarks/results/embedded.json).")
+    int8: bool = Field(True, description="bundled, onnxruntime: int8 weights for most matmuls (vectors within "
+                       "cosine 0.99 of float32 ones, measured in embedded.json); false: float32 throughout.")
     max_input_chars: int = Field(8000, ge=100, description="openai: texts are cut to this many characters before "
                                  "they are sent (servers refuse inputs over their context, e.g. 8,192 tokens).")
     concurrency: int = Field(4, ge=1, description="openai: requests in flight per embed worker actor.")
