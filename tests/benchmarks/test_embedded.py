@@ -195,6 +195,9 @@ def test_first_command_on_the_sample(tmp_path):
     log.write_text("")
     index_s, out = _cli(["index"], tmp_path, log)
     stages = _summary_seconds(out)
+    server_log = tmp_path / "cache" / "embedded-server.log"  # llama.cpp's own timings, per request
+    if server_log.is_file():
+        (REPO / "work" / "bench-embedded-server.log").write_bytes(server_log.read_bytes())
     answers, query_s = {}, {}
     for method, question in README_QUESTIONS:
         query_s[method], answers[method] = _cli(["query", "--method", method, question], tmp_path, log)

@@ -179,3 +179,13 @@ def test_built_graph_is_cached_by_weights_and_precision(tmp_path):
     again = MiniLMEmbedder(graph_cache=tmp_path).embed(PASSAGES[:2])  # loads the file, builds nothing
     assert cached.stat().st_mtime_ns == stamp and len(list(tmp_path.iterdir())) == 1
     np.testing.assert_array_equal(first, again)
+
+
+def test_config_picks_the_runtime_and_keeps_the_graph_in_the_cache_dir(tmp_path):
+    from corpusgraph.config import EmbeddingSection
+    from corpusgraph.llm.embedders import open_embedder
+
+    default = open_embedder(EmbeddingSection(), tmp_path)
+    assert (default.runtime, default.int8, default.graph_cache) == ("onnxruntime", True, tmp_path / "models")
+    reference = open_embedder(EmbeddingSection(runtime="numpy"), None)
+    assert (reference.runtime, reference.int8, reference.graph_cache) == ("numpy", False, None)
