@@ -4,7 +4,8 @@
 hotpotqa100, lihua) as the embed stage writes a unit ("<title>\\n<text>", truncated at 256 word
 pieces), and every title alone (short texts, like entity names), with the bundled
 all-MiniLM-L6-v2 on each runtime side by side in one process: the numpy forward pass (the
-reference, the default before issue 45), ONNX Runtime float32, ONNX Runtime with 8-bit weights.
+reference, the default before issue 45), ONNX Runtime float32 (the default), ONNX Runtime with
+int8 weights (embeddings.int8, opt-in).
 Each runtime embeds the same texts in the same order; passages per second are over the
 documents, after one warm-up batch (the ONNX graphs are built before timing, into a fresh cache
 folder; the build's seconds are recorded apart). Then each runtime embeds dev questions one at a
@@ -125,9 +126,10 @@ def test_embed_runtimes(tmp_path):
     }
     update_results("embed", result)
     print(json.dumps(result, indent=2))
-    # Behaviour, not speed: every runtime must give the reference's vectors (within 0.99).
-    for name in runtimes:
-        assert out[name]["min_cosine_passages"] > 0.99 and out[name]["min_cosine_titles"] > 0.99, (name, out[name])
+    # Behaviour, not speed: the default runtime gives the reference's vectors (within 0.99) for
+    # every document and title; int8 (opt-in) is recorded, and held to it for documents only.
+    assert out[chosen]["min_cosine_passages"] > 0.99 and out[chosen]["min_cosine_titles"] > 0.99, out[chosen]
+    assert out["onnxruntime_int8"]["min_cosine_passages"] > 0.99, out["onnxruntime_int8"]
 
 
 # --- The first command and the dev builds ------------------------------------------------------

