@@ -196,10 +196,11 @@ def test_first_command_on_the_sample(tmp_path):
     questions, each a fresh process. Storage under tmp_path, so nothing is reused.
 
     CORPUSGRAPH_BENCH_EMBEDDED_PREVIOUS=1 runs the settings before issue 45 instead (gleaning on,
-    the numpy embedder) and records them as `sample_index_previous`, for a same-machine reference.
+    the numpy embedder, dynamic community selection in global search) and records them as
+    `sample_index_previous`, for a same-machine reference.
     """
     previous = os.environ.get("CORPUSGRAPH_BENCH_EMBEDDED_PREVIOUS") == "1"
-    overrides = ["extract.glean_rounds=1", "embeddings.runtime=numpy"] if previous else []
+    overrides = ["extract.glean_rounds=1", "embeddings.runtime=numpy", "query.global.dynamic=true"] if previous else []
     log = REPO / "work" / f"bench-embedded-sample{'-previous' if previous else ''}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
