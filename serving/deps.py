@@ -114,14 +114,15 @@ async def get_view(
     caller: Caller = Depends(require_api_key),
     engine: QueryEngine = Depends(get_engine),
 ) -> IndexStore:
-    """The index as this caller may see it; built once per domain set and kept (IndexStore.restricted).
+    """The index as this caller may see it; built once per domain set and kept (LoadedIndex.view).
 
     The views of configured keys are built at start-up; one for a new X-Access-Domains set is a
     pass over every table, so it runs on a thread under the request timeout (504 past it).
     """
     timeout = request.app.state.settings.request_timeout_s
     try:
-        return await asyncio.wait_for(asyncio.to_thread(engine.store.restricted, caller.domains), timeout)
+        view = await asyncio.wait_for(asyncio.to_thread(engine.index.view, caller.domains), timeout)
+        return view.store
     except asyncio.TimeoutError:
         raise HTTPException(504, detail=f"the index view for these domains took over {timeout:g} s "
                             "(the service's request_timeout_s) to build; retry shortly") from None

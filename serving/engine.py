@@ -131,7 +131,7 @@ class EngineHolder:
                 else:
                     versions = table_versions(warehouse, s3)
                 loaded = Loaded(engine, version_id(versions), versions)
-            self._build_views(store)
+            self._build_views(engine)
         except Exception as exc:  # the service stays up and says why on /readyz
             log.exception("could not open the query engine")
             self.error = scrub_paths(f"{type(exc).__name__}: {exc}")
@@ -141,16 +141,17 @@ class EngineHolder:
             log.info("query engine ready in %.1f s, index version %s: %r", self.load_seconds, loaded.version,
                      getattr(engine, "store", engine))
 
-    def _build_views(self, store) -> None:
+    def _build_views(self, engine) -> None:
         # Each key's view of the index is built now, so "ready" means every configured
         # caller's first question pays nothing extra.
-        if store is None:
+        index = getattr(engine, "index", None)
+        if index is None:
             return
         # The ranking structures (BM25 postings, the walk's graph) too: a build takes a while at
         # scale, and a question must not pay for it inside its timeout.
-        store.retriever()
+        index.retriever()
         for domains in self.views:
-            store.restricted(domains).retriever()
+            index.view(domains).retriever()
 
     def reload(self) -> tuple[Loaded, bool]:
         """Blocking: load the index's latest version beside the one served, then swap it in.
@@ -171,8 +172,9 @@ class EngineHolder:
             begin = time.monotonic()
             fresh, versions = load_consistent(warehouse, lambda: self.store_loader(store),
                                               busy=lambda: self.busy(warehouse), s3=s3)
-            self._build_views(fresh)
-            self.current = Loaded(current.engine.with_store(fresh), version_id(versions), versions)
+            engine = current.engine.with_store(fresh)
+            self._build_views(engine)
+            self.current = Loaded(engine, version_id(versions), versions)
             log.info("index version %s -> %s in %.1f s", current.version, self.current.version,
                      time.monotonic() - begin)
             return self.current, True

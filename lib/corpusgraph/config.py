@@ -33,6 +33,7 @@ from corpusgraph.sections.query import (
     DriftSection,
     GlobalSection,
     QuerySection,
+    RerankSection,
     RetrievalSection,
 )
 from corpusgraph.sections.runtime import (
@@ -52,7 +53,7 @@ __all__ = [
     "Config", "load_config", "ConfigError",
     "SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_EMBEDDING_MODEL", "EmbeddingSection",
     "S3Section", "StorageSection", "IngestSection", "ChunkSection", "ExtractSection", "ResolveSection", "CommunitiesSection",
-    "ReportsSection", "QuerySection", "RetrievalSection", "GlobalSection", "DriftSection", "ServeKey",
+    "ReportsSection", "QuerySection", "RerankSection", "RetrievalSection", "GlobalSection", "DriftSection", "ServeKey",
     "ServeSection", "ModelPrice", "EstimateSection", "UpdateSection",
 ]
 

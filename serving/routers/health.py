@@ -33,6 +33,18 @@ class Readiness(BaseModel):
     index_version: str | None = Field(None, description="The index version answering now (X-Index-Version).")
     table_versions: dict[str, int] = Field(default_factory=dict, description="Delta version of each table loaded.")
     error: str | None = Field(None, description="Why loading failed; the log has the traceback.")
+    basic: str | None = Field(None, description="Basic search's ranking (query.basic: dense or hybrid, with "
+                              "'+rerank' and the reranker's backend where one is configured); local search keeps "
+                              "its first places.")
+
+
+def _basic(engine) -> str | None:
+    section = getattr(engine, "section", None)
+    if section is None or not hasattr(section, "basic"):
+        return None
+    if section.basic == "hybrid" and section.rerank.backend != "none":
+        return f"hybrid+rerank ({section.rerank.backend})"
+    return section.basic
 
 
 @router.get("/healthz", response_model=Health, summary="The process is up")
@@ -57,6 +69,7 @@ async def readyz(holder: EngineHolder = Depends(get_holder)):
         report_levels=store.report_levels() if store is not None else [],
         load_seconds=holder.load_seconds,
         error=holder.error,
+        basic=_basic(holder.engine),
     )
     if holder.engine is None:
         # Retry-After only while loading: a failed load does not fix itself.

@@ -118,6 +118,7 @@ def name_leaks(store) -> tuple[int, int, list]:
 
 
 def measure(wh: str, idx: str) -> dict:
+    from corpusgraph.query.access import restrict
     from corpusgraph.query.coverage import mappable_document_share
     from corpusgraph.query.store import IndexStore
 
@@ -129,7 +130,7 @@ def measure(wh: str, idx: str) -> dict:
                 if len({after.unit_domain.get(u) for u in c.get("unit_ids") or ()}) > 1)
     per_key = {}
     for d in domains:
-        b, a = before.restricted({d}), after.restricted({d})
+        b, a = restrict(before, {d}), restrict(after, {d})
         per_key[d] = {"documents": len(a.docs), "before": mappable_document_share(b),
                       "after": mappable_document_share(a), "reports_before": len(b.reports),
                       "reports_after": len(a.reports)}

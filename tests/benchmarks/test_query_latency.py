@@ -209,6 +209,7 @@ def time_local_context(store, qs: list[str]) -> dict:
     import faiss
 
     import corpusgraph.query.local as local
+    from corpusgraph.query.loaded import LoadedIndex
     from corpusgraph.query.question import parse_question
 
     # One OpenMP thread per search, as a service answering one question per request should run:
@@ -231,8 +232,9 @@ def time_local_context(store, qs: list[str]) -> dict:
 
     local.rank_units = timed_rank
     try:
+        loaded = LoadedIndex(store)
         for q, v in zip(qs[:5], vectors[:5]):  # warm-up: lazy structures, caches
-            local.build_local_context(store, parse_question(store, q, v, titles=store.retriever().titles), section)
+            local.build_local_context(loaded, parse_question(store, q, v, titles=loaded.retriever().titles), section)
         ranking.clear()
         totals, cpus, sizes = [], [], []
         stop_at = time.perf_counter() + QUESTION_BUDGET_S
@@ -240,7 +242,7 @@ def time_local_context(store, qs: list[str]) -> dict:
             if time.perf_counter() > stop_at:
                 break
             t0, c0 = time.perf_counter(), time.thread_time()
-            ctx = local.build_local_context(store, parse_question(store, q, v, titles=store.retriever().titles), section)
+            ctx = local.build_local_context(loaded, parse_question(store, q, v, titles=loaded.retriever().titles), section)
             totals.append(time.perf_counter() - t0)
             cpus.append(time.thread_time() - c0)
             sizes.append(ctx.tokens)

@@ -1,29 +1,31 @@
-"""Retrieval recall of gold supporting documents on hotpotqa100 and musique100 (issue 4).
+"""Retrieval recall at the first ranks on musique100, hotpotqa100 and lihua (issues 4 and 46).
 
 The corpus goes through the product: `run_index` (ingest jsonl -> chunk -> extract with the
 fast method -> resolve -> communities -> embed) into a warehouse under work/bench-cache, then
-the questions go through the product's query code: `retrieval.rank_units` (what local search
-puts in its context) and `build_basic_context` (basic search). Two baselines are computed here
-in the same run, independently of the product's index:
+the questions go through the product's query code, the rankings side by side (`product_rankings`):
 
-- dense: exact cosine of all-MiniLM-L6-v2 vectors, question against every text unit (the
-  vectors the embed stage wrote: each unit embedded as "<document title>\n<unit text>"), a
-  document scoring as its best unit;
-- spaCy-entity PPR: a bipartite document-entity graph from spaCy's named entities,
-  personalised PageRank (igraph) restarted at the dense top documents by their scores.
+- dense: basic search with `query.basic: dense` (the text-unit vectors, each unit embedded as
+  "<document title>\n<unit text>");
+- bm25: the retriever's BM25 alone (query/lexical.py, title and text);
+- hybrid: basic search as shipped, dense and BM25 fused by reciprocal rank (query/hybrid.py);
+- local: local search's unit ranking (query/retrieval.py), guarded by the hybrid ranking;
+- ppr_baseline: a bipartite document-entity graph from spaCy's named entities, personalised
+  PageRank (igraph) restarted at the dense top documents, computed here independently.
 
-Besides, `steps_check` reruns local retrieval with each step after the walk turned off (the
-ablation rows) and estimates the entity bridge on held-out questions: its settings chosen on
-one random half of the questions, scored on the other (the settings were first chosen on these
-same dev questions; there is no separate split in ../shared/data).
+Hybrid + rerank is not measured: no reranker runs on this machine (retrieval.json says why).
+`steps_check` reruns local with each mechanism off (what it costs or buys at each rank), and
+`corruption_check` ranks on three corrupted graphs of the same index (tests/support/corrupt_graph.py):
+local must then fall back to basic search within CORRUPTION_TOLERANCE.
 
 Recall@k of a question is the share of its evidence documents among the first k distinct
-documents retrieved; the figures are means over the questions. Documents are matched through
-the jsonl `id`, which ingest records as the `#<id>` suffix of `source_uri`.
+documents retrieved (k = 1, 2, 5); the figures are means over the questions, overall and per
+question type. Documents are matched through the jsonl `id`, which ingest records as the
+`#<id>` suffix of `source_uri`. Nothing here chooses a setting: every constant of the ranking
+is a default of sections/query.py, stated with its reason there or in query/adaptive.py.
 
 The baseline's spaCy entities are cached under work/bench-cache/retrieval
 (keyed by a hash of the texts), and so is the warehouse: a rerun reuses what the pipeline
-already built (it re-runs the stages, which skip done work).
+already built (a query-side change needs no rebuild).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import random
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -66,11 +68,11 @@ def first_rows_file(source: Path, n: int, path: Path) -> list[dict]:
     return rows
 
 
-def asked(store, question: str, vector: np.ndarray):
+def asked(retriever, question: str, vector: np.ndarray):
     """The question as the query engine hands it to local ranking: names and titles matched once."""
     from corpusgraph.query.question import parse_question
 
-    return parse_question(store, question, vector, titles=store.retriever().titles)
+    return parse_question(retriever.store, question, vector, titles=retriever.titles)
 
 
 def recall_at(ranked_docs: list[str], gold: list[str], k: int) -> float:
@@ -195,14 +197,30 @@ def ppr_baseline_rankings(doc_ents: list[list[str]], dense_scores: np.ndarray, s
     return out
 
 
+KS = (1, 2, 5)
+
+
+def recalls(rankings: dict[str, list[list[str]]], questions: list[dict]) -> dict[str, dict]:
+    """Recall@1/2/5 of each ranking (documents best first, one list per question), overall and per
+    question type: {ranking: {"recall@k": mean, ..., "per_type": {type: {"recall@k": mean}}}}."""
+    types = [q.get("type") or "unknown" for q in questions]
+    out = {}
+    for key, ranked in rankings.items():
+        per = {k: [recall_at(r, q["evidence_doc_ids"], k) for r, q in zip(ranked, questions)] for k in KS}
+        out[key] = {**{f"recall@{k}": round(float(np.mean(v)), 4) for k, v in per.items()},
+                    "per_type": {t: {f"recall@{k}": round(float(np.mean([x for x, qt in zip(v, types) if qt == t])), 4)
+                                     for k, v in per.items()} for t in sorted(set(types))}}
+    return out
+
+
 def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questions: list[dict] | None = None,
             check_steps: bool = True) -> dict:
-    """Recall of local, basic and the two baselines on one index. `docs` and `questions` default
+    """Recall@1/2/5 of local search, of basic search as dense-only and as hybrid (the product's
+    rankings, query/hybrid.py) and of the baselines, on one index. `docs` and `questions` default
     to the whole corpus and its dev questions (another benchmark passes a part of them);
-    `check_steps` adds the ablation and held-out rows (`steps_check`)."""
-    from corpusgraph.config import QuerySection
-    from corpusgraph.query.basic import build_basic_context
-    from corpusgraph.query.retrieval import rank_units
+    `check_steps` adds what each mechanism of local ranking costs or buys (`steps_check`) and the
+    corrupted graphs (`corruption_check`)."""
+    from corpusgraph.query.retrieval import GraphRetriever
     from corpusgraph.query.store import IndexStore
 
     docs = docs if docs is not None else _read_jsonl(SHARED_DATA / name / "docs.jsonl")
@@ -218,135 +236,132 @@ def measure(name: str, cfg, embedder, *, docs: list[dict] | None = None, questio
     t0 = time.perf_counter()
     qvecs = embedder.embed([q["question"] for q in questions])
     embed_s = time.perf_counter() - t0
-    section = cfg.query
-    weights = section.retrieval
-    basic_section = QuerySection(top_k_units=10, max_context_tokens=20000)
-    out: dict[str, list[float]] = {k: [] for k in ("local5", "local2", "basic5", "basic2", "dense5", "dense2", "ppr5",
-                                                   "ppr2")}
     t0 = time.perf_counter()
-    local_ranked = [[unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), weights, 20)]
-                    for q, v in zip(questions, qvecs)]
-    local_s = time.perf_counter() - t0
-    basic_ranked = [[unit_doc[u] for u in build_basic_context(store, v, basic_section).unit_ids] for v in qvecs]
+    retriever = GraphRetriever(store)
+    build_s = time.perf_counter() - t0
+    rankings, seconds = product_rankings(store, retriever, cfg.query, questions, qvecs, unit_doc)
 
     ids = [d["id"] for d in docs]
     dense_scores = dense_doc_scores(store, qvecs, ids, unit_doc)
-    dense_ranked = [[ids[i] for i in np.argsort(-s)[:20]] for s in dense_scores]
-    ppr_ranked = [[ids[i] for i in r[:20]] for r in ppr_baseline_rankings(spacy_doc_entities(docs), dense_scores)]
-    for q, lr, br, dr, pr in zip(questions, local_ranked, basic_ranked, dense_ranked, ppr_ranked):
-        gold = q["evidence_doc_ids"]
-        for key, ranked in (("local", lr), ("basic", br), ("dense", dr), ("ppr", pr)):
-            out[key + "5"].append(recall_at(ranked, gold, 5))
-            out[key + "2"].append(recall_at(ranked, gold, 2))
-    mean = {k: round(float(np.mean(v)), 4) for k, v in out.items()}
-    types = [q.get("type") or "unknown" for q in questions]
-    label = {"local": "local", "basic": "basic", "dense": "dense_baseline", "ppr": "ppr_baseline"}
-    per_type = {t: {**{f"{label[key[:-1]]}_recall@{key[-1]}": round(float(np.mean([x for x, qt in zip(v, types) if qt == t])), 4)
-                       for key, v in out.items()}, "questions": types.count(t)}
-                for t in sorted(set(types))}
+    rankings["ppr_baseline"] = [[ids[i] for i in r[:20]]
+                                for r in ppr_baseline_rankings(spacy_doc_entities(docs), dense_scores)]
+    result = recalls(rankings, questions)
     return {
-        "local_recall@5": mean["local5"], "local_recall@2": mean["local2"],
-        "basic_recall@5": mean["basic5"], "basic_recall@2": mean["basic2"],
-        "dense_baseline_recall@5": mean["dense5"], "dense_baseline_recall@2": mean["dense2"],
-        "ppr_baseline_recall@5": mean["ppr5"], "ppr_baseline_recall@2": mean["ppr2"],
-        "method": cfg.extract.method,
-        "per_type": per_type, "questions": len(questions), "unanswerable_left_out": unanswerable,
+        **result, "method": cfg.extract.method, "question_types": dict(Counter(q.get("type") or "unknown" for q in questions)),
+        "questions": len(questions), "unanswerable_left_out": unanswerable,
         "documents": len(docs), "text_units": len(store.units),
         "entities": len(store.entities), "relationships": len(store.relationships),
-        "query_embed_seconds": round(embed_s, 2), "local_rank_ms_per_question": round(1000 * local_s / len(questions), 1),
-        **(dict(zip(("local_without_step", "entity_bridge_held_out"),
-                    steps_check(store, questions, qvecs, unit_doc, weights, held_out=name in ENTITY_BRIDGE_TUNED_ON)))
-           if check_steps else {}),
-        **({"adaptive_grid": adaptive_grid(store, questions, qvecs, unit_doc, weights)} if check_steps else {}),
+        "query_embed_seconds": round(embed_s, 2), "retriever_build_seconds": round(build_s, 2),
+        "ms_per_question": {k: round(1000 * v / len(questions), 1) for k, v in seconds.items()},
+        **({"mechanisms": steps_check(retriever, cfg.query, questions, qvecs, unit_doc, result),
+            "corrupted": corruption_check(store, cfg.query, questions, qvecs, unit_doc)} if check_steps else {}),
     }
 
 
-# The two constants of the adaptive ranking (query/adaptive.py) that were chosen on these dev
-# sets, and the values tried: leave_one_corpus_out says what choosing them without a corpus costs it.
-ADAPTIVE_GRID = [{"seed_support_scale": a, "keep_dense_margin": m} for a in (1.0, 1.25, 1.5) for m in (1.0, 2.0, 4.0)]
-
-
-def adaptive_grid(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str], weights) -> list[dict]:
-    """Local recall@5 / @2 with each setting of ADAPTIVE_GRID."""
+def product_rankings(store, retriever, section, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str],
+                     weights=None) -> tuple[dict[str, list[list[str]]], dict[str, float]]:
+    """Document rankings of the product's retrievals for each question: basic search dense-only,
+    BM25 alone, hybrid (what `query.basic: hybrid` shows), and local search guarded by the hybrid
+    ranking (what the service runs); with seconds spent on each."""
+    from corpusgraph.query.hybrid import basic_ranking, lexical_hits
+    from corpusgraph.query.loaded import LoadedIndex
     from corpusgraph.query.retrieval import rank_units
 
-    out = []
-    for setting in ADAPTIVE_GRID:
-        w = weights.model_copy(update=setting)
-        ranked = [[unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), w, 20)] for q, v in zip(questions, qvecs)]
-        out.append({**setting, **{f"recall@{k}": round(float(np.mean([recall_at(r, q["evidence_doc_ids"], k)
-                                                                       for r, q in zip(ranked, questions)])), 4)
-                                  for k in (5, 2)}})
-    return out
+    loaded = LoadedIndex(store)
+    loaded._retriever = retriever  # the one built (and timed) by the caller
+    weights = weights or section.retrieval
+    dense_section = section.model_copy(update={"basic": "dense"})
+    hybrid_section = section.model_copy(update={"basic": "hybrid"})
+    out: dict[str, list[list[str]]] = {k: [] for k in ("dense", "bm25", "hybrid", "local")}
+    seconds = dict.fromkeys(out, 0.0)
+    for q, v in zip(questions, qvecs):
+        parsed = asked(retriever, q["question"], v)
+        t0 = time.perf_counter()
+        out["dense"].append([unit_doc[u] for u in basic_ranking(loaded, parsed, dense_section, 20).unit_ids])
+        t1 = time.perf_counter()
+        out["bm25"].append([unit_doc[u] for u, _ in lexical_hits(retriever, q["question"], 20)])
+        t2 = time.perf_counter()
+        hybrid = basic_ranking(loaded, parsed, hybrid_section, 20).unit_ids
+        out["hybrid"].append([unit_doc[u] for u in hybrid])
+        t3 = time.perf_counter()
+        out["local"].append([unit_doc[u] for u in rank_units(retriever, parsed, weights, 20, hybrid)])
+        t4 = time.perf_counter()
+        for key, dt in (("dense", t1 - t0), ("bm25", t2 - t1), ("hybrid", t3 - t2), ("local", t4 - t3)):
+            seconds[key] += dt
+    return out, seconds
 
 
-def leave_one_corpus_out(report: dict, names: tuple[str, ...]) -> dict:
-    """For each corpus, the ADAPTIVE_GRID setting that the other corpora choose (the best mean
-    margin of local over basic recall@5 on them; ties go to the earlier setting) and what it
-    scores on the corpus left out, beside the default's score there."""
+def steps_check(retriever, section, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str],
+                result: dict) -> dict:
+    """What each mechanism of local ranking costs or buys at each rank: local recall@1/2/5 with
+    one mechanism off at a time, as the change from local with all of them (negative: the
+    mechanism buys recall there; positive: it costs)."""
+    from corpusgraph.query.hybrid import basic_ranking
+    from corpusgraph.query.loaded import LoadedIndex
+    from corpusgraph.query.retrieval import rank_units
+
+    loaded = LoadedIndex(retriever.store)
+    loaded._retriever = retriever
+    hybrid = [basic_ranking(loaded, asked(retriever, q["question"], v), section, 20).unit_ids
+              for q, v in zip(questions, qvecs)]
+    base = result["local"]
+    off = {"title_seeds": {"title_seeds": 0}, "title_bridge": {"bridge_from": 0},
+           "entity_bridge": {"entity_bridge_from": 0}, "seed_support": {"seed_support": False},
+           "guarantee": {"keep_dense": 0}}
     out = {}
-    for held in names:
-        train = [n for n in names if n != held]
-
-        def margin(i: int) -> float:
-            return float(np.mean([report[n]["adaptive_grid"][i]["recall@5"] - report[n]["basic_recall@5"] for n in train]))
-
-        best = max(range(len(ADAPTIVE_GRID)), key=lambda i: (margin(i), -i))
-        row = report[held]["adaptive_grid"][best]
-        out[held] = {"chosen_on": train, "setting": ADAPTIVE_GRID[best], "recall@5": row["recall@5"],
-                     "recall@2": row["recall@2"], "default_recall@5": report[held]["local_recall@5"]}
+    for step, change in off.items():
+        w = section.retrieval.model_copy(update=change)
+        ranked = [[unit_doc[u] for u in rank_units(retriever, asked(retriever, q["question"], v), w, 20, h)]
+                  for q, v, h in zip(questions, qvecs, hybrid)]
+        row = recalls({"x": ranked}, questions)["x"]
+        out[f"without_{step}"] = {f"recall@{k}": row[f"recall@{k}"] for k in KS}
+        out[f"without_{step}"]["change_from_local"] = {f"@{k}": round(row[f"recall@{k}"] - base[f"recall@{k}"], 4)
+                                                       for k in KS}
     return out
 
 
-# The corpora whose dev questions the entity bridge's settings were chosen on (session 5): its
-# held-out estimate is computed there (46 settings; on lihua's 454 questions it would cost more
-# than the rest of the benchmark together, and lihua had no part in choosing them).
-ENTITY_BRIDGE_TUNED_ON = ("musique100", "hotpotqa100")
+def corruption_check(store, section, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str]) -> dict:
+    """Local against hybrid basic search on each corrupted graph (tests/support/corrupt_graph.py):
+    recall@1/2/5 of both and local's lead, overall and per question type."""
+    from corpusgraph.query.retrieval import GraphRetriever
+    from tests.support.corrupt_graph import CORRUPTIONS, corrupt
+
+    out = {}
+    for kind in CORRUPTIONS:
+        bad, facts = corrupt(store, kind)
+        retriever = GraphRetriever(bad)
+        rankings, _ = product_rankings(bad, retriever, section, questions, qvecs, unit_doc)
+        rec = recalls({k: rankings[k] for k in ("hybrid", "local")}, questions)
+        out[kind] = {"what": facts, **rec,
+                     "local_minus_basic": {f"@{k}": round(rec["local"][f"recall@{k}"] - rec["hybrid"][f"recall@{k}"], 4)
+                                           for k in KS}}
+    return out
 
 
-def steps_check(store, questions: list[dict], qvecs: np.ndarray, unit_doc: dict[str, str], weights,
-                splits: int = 20, seed: int = 11, held_out: bool = True) -> tuple[dict, dict | None]:
-    """What each step after the walk adds, and how much of the entity bridge's gain is tuning.
+# Local recall@5 minus the dense baseline's, as committed before this ranking (retrieval.json of
+# 2026-12-01): the lead the issue asks to keep within 0.01.
+LEAD_BEFORE = {"musique100": 0.774 - 0.624, "hotpotqa100": 0.9375 - 0.75, "lihua": 0.8137 - 0.7179}
+# How far local may fall below basic search on a corrupted graph (issue 46).
+CORRUPTION_TOLERANCE = 0.02
 
-    Ablation: local recall@5 / @2 with one step off at a time. Held out: the entity bridge's
-    settings (sources 1-3, floor 0.2-0.4, hub limit 30-100, or off) are chosen on a random half
-    of the questions and scored on the other half, both ways, over `splits` splits; the mean is
-    what the step is worth on questions its settings were not chosen on."""
-    from corpusgraph.query.retrieval import rank_units
 
-    def recalls(w, k=5) -> np.ndarray:
-        return np.array([recall_at([unit_doc[u] for u in rank_units(store, asked(store, q["question"], v), w, 20)],
-                                   q["evidence_doc_ids"], k) for q, v in zip(questions, qvecs)])
-
-    ablation = {}
-    for step, off in (("title_seeds", {"title_seeds": 0}), ("title_bridge", {"bridge_from": 0}),
-                      ("entity_bridge", {"entity_bridge_from": 0}), ("seed_support", {"seed_support": False}),
-                      ("keep_dense", {"keep_dense": 0}), ("seed_support_and_keep_dense", {"seed_support": False, "keep_dense": 0})):
-        w = weights.model_copy(update=off)
-        ablation[step] = {"recall@5": round(float(recalls(w).mean()), 4), "recall@2": round(float(recalls(w, 2).mean()), 4)}
-    if not held_out:
-        return ablation, None
-    grid = [{"entity_bridge_from": 0}] + [
-        {"entity_bridge_from": k, "entity_bridge_min_score": f, "entity_bridge_max_passages": m}
-        for k in (1, 2, 3) for f in (0.2, 0.25, 0.3, 0.35, 0.4) for m in (30, 50, 100)]
-    per = np.stack([recalls(weights.model_copy(update=g)) for g in grid])
-    rng = random.Random(seed)
-    chosen, off = [], []
-    for _ in range(splits):
-        order = list(range(len(questions)))
-        rng.shuffle(order)
-        half = len(order) // 2
-        for train, test in ((order[:half], order[half:]), (order[half:], order[:half])):
-            best = max(range(len(grid)), key=lambda i: (per[i, train].mean(), -i))  # ties: the earlier setting
-            chosen.append(per[best, test].mean())
-            off.append(per[0, test].mean())
-    return ablation, {"recall@5": round(float(np.mean(chosen)), 4), "std": round(float(np.std(chosen)), 4),
-                      "off_recall@5": round(float(np.mean(off)), 4), "settings": len(grid), "splits": 2 * splits}
+def targets(row: dict, name: str) -> dict:
+    """The issue's targets on one set, each true or false as measured."""
+    local, basic, dense = row["local"], row["hybrid"], row["dense"]
+    out = {f"local_at_least_hybrid_basic@{k}": local[f"recall@{k}"] >= basic[f"recall@{k}"] for k in KS}
+    for t in local["per_type"]:
+        for k in KS:
+            out[f"{t}_local_at_least_hybrid_basic@{k}"] = local["per_type"][t][f"recall@{k}"] >= basic["per_type"][t][f"recall@{k}"]
+    out["lead_over_dense@5_kept_within_0.01"] = local["recall@5"] - dense["recall@5"] >= LEAD_BEFORE[name] - 0.01
+    for kind, c in row.get("corrupted", {}).items():
+        for k in (2, 5):
+            out[f"{kind}_local_within_{CORRUPTION_TOLERANCE}_of_basic@{k}"] = c["local_minus_basic"][f"@{k}"] >= -CORRUPTION_TOLERANCE
+    return out
 
 
 @pytest.mark.skipif(not all((SHARED_DATA / n / "dev.jsonl").is_file() for n in DATASETS),
                     reason=f"eval data not found under {SHARED_DATA} ({', '.join(DATASETS)})")
-def test_local_retrieval_beats_dense_and_ppr_baselines(spark):
+def test_local_retrieval_against_dense_hybrid_and_corrupted_graphs(spark):
     from corpusgraph.llm.minilm import MiniLMEmbedder
 
     embedder = MiniLMEmbedder()
@@ -357,26 +372,31 @@ def test_local_retrieval_beats_dense_and_ppr_baselines(spark):
         row = measure(name, cfg, embedder)
         row["index_stage_seconds"] = stage_seconds
         row["measure_seconds"] = round(time.perf_counter() - t0, 1)
+        row["targets"] = targets(row, name)
         report[name] = row
-        print(name, json.dumps(row, indent=1))
-    report["leave_one_corpus_out"] = leave_one_corpus_out(report, DATASETS)
-    report["targets"] = {name: {
-        "recall@5_basic_plus_0.05": report[name]["local_recall@5"] >= report[name]["basic_recall@5"] + 0.05,
-        "recall@2_at_least_basic": report[name]["local_recall@2"] >= report[name]["basic_recall@2"],
-        "above_ppr_at_5": report[name]["local_recall@5"] > report[name]["ppr_baseline_recall@5"],
-        **({"multi_hop_recall@5_basic_plus_0.10": report[name]["per_type"]["multi_hop"]["local_recall@5"]
-            >= report[name]["per_type"]["multi_hop"]["basic_recall@5"] + 0.10}
-           if "multi_hop" in report[name]["per_type"] else {}),
-    } for name in DATASETS}
+        print(name, json.dumps({k: row[k] for k in ("dense", "hybrid", "local")}, indent=1))
+    report["hybrid_plus_rerank"] = (
+        "not measured: no cross-encoder runs here (no PyPI package ships one's weights and no model hub is "
+        "reachable), and the only chat model here is the bundled 135M SmolLM2; the reranking endpoints are "
+        "tested against tests/support/rerank_server.py (tests/unit/test_rerank.py)")
+    report["targets_missed"] = {name: [k for k, ok in report[name]["targets"].items() if not ok] for name in DATASETS}
     report["machine"] = f"{platform.machine()}, {platform.processor() or platform.system()}, " \
                         f"{__import__('os').cpu_count()} cores (shared)"
     report["date"] = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    report["note"] = ("fast = spaCy extraction, no LLM. Baselines measured in the same run: dense = exact MiniLM "
-                      "cosine over the text units; ppr = spaCy-entity document graph, PPR restarted at the dense top 10.")
+    report["note"] = (
+        "fast = spaCy extraction, no LLM. Recall@k: share of a question's evidence documents among the first k "
+        "distinct documents. dense = basic search with query.basic: dense; bm25 = the retriever's BM25 alone; "
+        "hybrid = basic search as shipped (dense and BM25 fused by RRF, k=60); local = local search's ranking, "
+        "guarded by the hybrid ranking; ppr_baseline = spaCy-entity document graph, PPR restarted at the dense "
+        "top 10. mechanisms: local with one mechanism off (change_from_local < 0: it buys recall). corrupted: "
+        "tests/support/corrupt_graph.py, seed 0.")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    # What the design guarantees is asserted; the issue's targets are recorded in `targets`, true
+    # or false as measured (a missed one is reported there, not hidden by a failing run).
     for name in DATASETS:
         row = report[name]
-        assert row["local_recall@5"] > row["dense_baseline_recall@5"], name
-        assert row["local_recall@5"] > row["ppr_baseline_recall@5"], name
-        assert row["local_recall@5"] >= row["basic_recall@5"], name
+        assert row["local"]["recall@5"] > row["dense"]["recall@5"], name
+        assert row["local"]["recall@1"] == row["hybrid"]["recall@1"], name  # keep_first
+        for kind, c in row["corrupted"].items():  # on any graph, the first place is basic search's
+            assert c["local_minus_basic"]["@1"] == 0.0, (name, kind)

@@ -11,7 +11,7 @@ collection and after Arrow's memory pool has returned the buffers it no longer u
   store reads them). The derived lookups and the retriever are left out of the reference, so it
   is a lower bound of what the form before took;
 - product: `IndexStore` without its vectors (tables as Arrow columns, lookups as integer arrays),
-  then the same process after `store.retriever()` (the walk graph, BM25, the title index);
+  then the same process after `GraphRetriever(store)` (the walk graph, BM25, the title index);
   `arrow_mb` is what Arrow itself holds for the tables.
 
 Reading a Delta table through delta-rs leaves ~90 MB resident that neither form holds (measured
@@ -65,6 +65,7 @@ def measure(form: str, warehouse: str, index_dir: str) -> dict:
     import pyarrow.compute  # noqa: F401
 
     from corpusgraph.query.store import _DOC_COLUMNS, IndexStore, _read_table
+    from corpusgraph.query.retrieval import GraphRetriever
 
     before = _rss_mb()
     t0 = time.perf_counter()
@@ -84,7 +85,7 @@ def measure(form: str, warehouse: str, index_dir: str) -> dict:
         out["store_mb"] = round(_rss_mb() - before, 1)
         out["arrow_mb"] = round(pa.total_allocated_bytes() / 2**20, 1)  # the tables' columns
         out["store_s"] = round(time.perf_counter() - t0, 2)
-        store.retriever()
+        GraphRetriever(store)
     out["seconds"] = round(time.perf_counter() - t0, 2)
     out["rss_mb"] = round(_rss_mb() - before, 1)
     return out

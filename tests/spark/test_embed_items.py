@@ -84,3 +84,15 @@ def test_a_changed_title_or_text_is_embedded_again(spark):
     retitled = _inputs(spark, {**DOCS, "d1": "Pessoa"})[3]
     again = {r["id"] for r in pending_items(embedding_items(units, entities, reports, retitled), emb_now, MODEL).collect()}
     assert again == {"u1", "u2"}
+
+
+def test_reading_long_units_in_windows_embeds_the_units_again_and_nothing_else(spark):
+    units, entities, reports, documents = _inputs(spark, DOCS)
+    cut = embedding_items(units, entities, reports, documents)
+    emb = _df(spark, "embeddings", [
+        {"kind": r["kind"], "id": r["id"], "model": MODEL, "text_hash": r["text_hash"], "vector": [0.0]}
+        for r in cut.collect()])
+    windowed = embedding_items(units, entities, reports, documents, unit_recipe="windows256")
+    pending = {(r["kind"], r["id"]) for r in pending_items(windowed, emb, MODEL).collect()}
+    assert pending == {(r["kind"], r["id"]) for r in cut.collect() if r["kind"] == "text_unit"}
+    assert {r["text"] for r in windowed.collect()} == {r["text"] for r in cut.collect()}  # the text sent is the same

@@ -21,7 +21,8 @@ from fastapi.testclient import TestClient
 
 from corpusgraph.config import Config, ServeSection
 from corpusgraph.query.engine import METHODS
-from corpusgraph.query.access import domain_view_id
+from corpusgraph.query.access import domain_view_id, restrict
+from corpusgraph.query.loaded import LoadedIndex
 from tests.support.query_fixtures import (DOMAIN_REPORTS, VAULT_SECRETS, EchoChat, build_two_domain_index, fake_embed,
     make_engine)
 
@@ -87,7 +88,7 @@ def _ids(store) -> dict[str, set[str]]:
 
 
 def test_the_public_view_holds_only_what_public_documents_alone_built(full):
-    view = full.restricted({"public"})
+    view = restrict(full, {"public"})
     whole = _ids(full)
     for table, hidden in HIDDEN_FROM_PUBLIC.items():
         assert _ids(view)[table] == whole[table] - hidden, table
@@ -102,13 +103,13 @@ def test_the_public_view_holds_only_what_public_documents_alone_built(full):
 
 
 def test_the_vault_view_and_an_all_domain_view(full):
-    vault = full.restricted({"vault"})
+    vault = restrict(full, {"vault"})
     assert set(vault.entities) == {"ev_corvin", "ev_cartel", "ev_vault"}  # Port Keel mixes domains
     assert set(vault.relationships) == {"rv_leads", "rv_hides"} and set(vault.reports) == {"cv_vault", "cv_inner"}
     assert set(vault.docs) == {"dv_ledger", "dv_bribe", "dv_crates"} and not vault.claims
-    both = full.restricted({"public", "vault"})
+    both = restrict(full, {"public", "vault"})
     assert _ids(both) == _ids(full)  # nothing is hidden from a key that reads every domain
-    assert full.restricted(None) is full
+    assert restrict(full, None) is full
 
 
 def test_per_domain_reports_show_each_view_its_own_domains_report_of_a_mixed_community(tmp_path):
@@ -116,7 +117,7 @@ def test_per_domain_reports_show_each_view_its_own_domains_report_of_a_mixed_com
 
     full = IndexStore(*build_two_domain_index(tmp_path, per_domain=True))
     assert set(full.reports) == set(IndexStore(*build_two_domain_index(tmp_path / "plain")).reports)  # unrestricted: as before
-    public, vault = full.restricted({"public"}), full.restricted({"vault"})
+    public, vault = restrict(full, {"public"}), restrict(full, {"vault"})
     c0a, c1b = domain_view_id("c0a", "public"), domain_view_id("c1b", "public")
     assert set(public.reports) == {"c0b", "c1a", "c1c", c0a, c1b}
     assert public.reports[c0a]["summary"] == DOMAIN_REPORTS[("c0a", "public")][1]
@@ -127,21 +128,23 @@ def test_per_domain_reports_show_each_view_its_own_domains_report_of_a_mixed_com
     assert public.reports_by_level[0] == sorted(["c0b", c0a])
     assert public.partial_communities == {"c0a", "c1b"}
     assert vault.reports[domain_view_id("c0a", "vault")]["title"] == "Cartel at the harbour"
-    assert set(full.restricted({"public", "vault"}).reports) == set(full.reports)  # sees the whole: no split
+    assert set(restrict(full, {"public", "vault"}).reports) == set(full.reports)  # sees the whole: no split
     # Ids say nothing about the community: not its id, not its domain.
     assert "c0a" not in c0a and "public" not in c0a and c0a != domain_view_id("c0a", "vault")
 
 
 def test_views_are_built_once_per_domain_set_and_narrow(full):
-    view = full.restricted(["public"])
-    assert full.restricted({"public"}) is view  # cached by the set, whatever the iterable
-    both = full.restricted({"public", "vault"})
-    assert both.restricted({"public", "elsewhere"}) is view  # a view of a view narrows from the full store
-    assert set(full.restricted({"nobody"}).entities) == set()
+    loaded = LoadedIndex(full)
+    view = loaded.view(["public"])
+    assert loaded.view({"public"}) is view  # cached by the set, whatever the iterable
+    both = loaded.view({"public", "vault"})
+    assert both.view({"public", "elsewhere"}) is view  # a view of a view narrows from the full store
+    assert set(loaded.view({"nobody"}).store.entities) == set()
+    assert set(restrict(both.store, {"public", "elsewhere"}).entities) == set(view.store.entities)
 
 
 def test_vector_search_returns_only_visible_hits_and_still_fills_k(full):
-    view = full.restricted({"public"})
+    view = restrict(full, {"public"})
     question = fake_embed(["Obsidian Cartel gold Zephyrine Vault door code QX-7731 moonpearls"])
     top = [i for i, _ in full.vectors("text_unit").search(question, 3)[0]]
     assert set(top) & HIDDEN_FROM_PUBLIC["units"]  # the nearest units are vault ones
@@ -159,16 +162,17 @@ def test_each_keys_view_is_built_before_the_service_says_ready(full):
     from serving import create_app
 
     fresh = IndexStore(full.warehouse, full.index_dir)
+    made = make_engine(fresh, EchoChat())
     keys = [{"name": "p", "key": "k1", "domains": ["public"]}, {"name": "b", "key": "k2", "domains": ["vault", "public"]},
             {"name": "a", "key": "k3", "domains": ["*"]}]
     app = create_app(Config(serve=ServeSection(api_keys=keys)),
-                     engine_factory=lambda _s: make_engine(fresh, EchoChat()))
+                     engine_factory=lambda _s: made)
     with TestClient(app) as client:
         deadline = time.monotonic() + 30
         while client.get("/readyz").status_code != 200:
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        assert set(fresh._views) == {frozenset({"public"}), frozenset({"public", "vault"})}
+        assert made.index.cached_views() == {frozenset({"public"}), frozenset({"public", "vault"})}
 
 
 # -- the service, attacked with a public key ---------------------------------------------------------
@@ -222,7 +226,7 @@ def test_no_method_leaks_another_domain_into_answers_citations_or_prompts(servic
             assert any(public_c0a in b for label, _, b in answers if label.startswith(method)), method
         level0 = json.loads(next(b for label, _, b in answers if label.startswith("global {'level': 0}")))
         assert level0["coverage"]["reports_mapped"] == 2 and level0["coverage"]["document_share"] == 1.0
-    assert all(c["doc_id"] in world.restricted({"public"}).docs for _, _, b in answers
+    assert all(c["doc_id"] in restrict(world, {"public"}).docs for _, _, b in answers
                for c in json.loads(b).get("citations", []))
 
 
@@ -257,7 +261,7 @@ def test_entities_and_communities_endpoints_show_nothing_of_the_vault(service, w
             r = client.get(f"/v1/entities/{eid}", params={"limit": 200}, headers={"X-API-Key": PUBLIC})
             assert r.status_code == 200
             bodies.append((eid, r.text))
-    public = full.restricted({"public"})
+    public = restrict(full, {"public"})
     for cid in list(full.communities) + [c for c in public.communities if c not in full.communities]:
         if cid in HIDDEN_FROM_PUBLIC["communities"]:
             _same_404(client, "/v1/communities/{}", cid)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from corpusgraph.llm.base import ChatResult
+from corpusgraph.query.access import restrict
 from corpusgraph.query.answer import format_answer
 from corpusgraph.query.engine import METHODS
 from tests.support.query_fixtures import ENTITIES, ScriptedChat, build_two_domain_index, fake_embed
@@ -160,7 +161,7 @@ def test_a_restricted_view_is_covered_within_itself_and_counts_what_it_hides(tmp
     from corpusgraph.query.store import IndexStore
 
     full = IndexStore(*build_two_domain_index(tmp_path))
-    view = full.restricted({"public"})
+    view = restrict(full, {"public"})
     cov = engine(view, RatingChat({})).ask("What holds the coast together?", method="global", level=0).coverage
     # The public view: level 0 has only c0b (c0a takes in the cartel); 8 public units and documents.
     assert cov["by_level"] == [{"level": 0, "mapped": 1, "reports": 1}] and cov["reports_in_index"] == 3
@@ -185,7 +186,7 @@ def test_the_shell_text_shows_coverage(store):
 def test_per_domain_reports_raise_a_restricted_keys_coverage(tmp_path):
     from corpusgraph.query.store import IndexStore
 
-    view = IndexStore(*build_two_domain_index(tmp_path, per_domain=True)).restricted({"public"})
+    view = restrict(IndexStore(*build_two_domain_index(tmp_path, per_domain=True)), {"public"})
     cov = engine(view, RatingChat({})).ask("What holds the coast together?", method="global", level=0).coverage
     # Level 0 of the view: c0b and the public report of c0a (units u1 u2 u5 u7): all 8 public units.
     assert cov["by_level"] == [{"level": 0, "mapped": 2, "reports": 2}] and cov["reports_in_index"] == 5
@@ -202,9 +203,9 @@ def test_the_share_of_a_keys_documents_under_reports_it_can_map(tmp_path):
     after = IndexStore(*build_two_domain_index(tmp_path / "after", per_domain=True))
     # Public: c0b c1a c1c hold u1 u2 u3 u4 u6 u8 (6 of 8 documents); the public reports of c0a and
     # c1b add u5 u7. Vault: cv_vault and cv_inner hold uv_ledger (1 of 3); c0a's vault report adds uv_bribe.
-    assert mappable_document_share(before.restricted({"public"})) == 0.75
-    assert mappable_document_share(after.restricted({"public"})) == 1.0
-    assert mappable_document_share(before.restricted({"vault"})) == round(1 / 3, 4)
-    assert mappable_document_share(after.restricted({"vault"})) == round(2 / 3, 4)
+    assert mappable_document_share(restrict(before, {"public"})) == 0.75
+    assert mappable_document_share(restrict(after, {"public"})) == 1.0
+    assert mappable_document_share(restrict(before, {"vault"})) == round(1 / 3, 4)
+    assert mappable_document_share(restrict(after, {"vault"})) == round(2 / 3, 4)
     # The whole index: every document but dv_crates (no community holds uv_crates): 10 of 11, either way.
     assert mappable_document_share(before) == mappable_document_share(after) == round(10 / 11, 4)

@@ -1,6 +1,6 @@
 """`corpusgraph export` on the two-domain world (query_fixtures): for every set of domains, with and
 without per-domain reports, each format holds exactly what the service's view of those domains
-holds (IndexStore.restricted, the service's own code, is the reference), and nothing of the vault
+holds (access.restrict, the service's own code, is the reference), and nothing of the vault
 reaches a public export. The Spark tier (tests/spark/test_export.py) checks the formats against
 the tables of a real index.
 """
@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from corpusgraph.export import run_export
+from corpusgraph.query.access import restrict
 from corpusgraph.export.neo4j import ARRAY_DELIMITER, EDGE_FILES, NODE_FILES
 from tests.conftest import REPO
 from tests.support.query_fixtures import VAULT_SECRETS, build_two_domain_index
@@ -35,7 +36,7 @@ def world(request, tmp_path_factory):
 
 
 def _view(store, domains):
-    return store if domains is None else store.restricted(domains)
+    return store if domains is None else restrict(store, domains)
 
 
 def _unit_domain(store):

@@ -100,11 +100,12 @@ def test_top_k_and_domains_apply_to_one_call_only(store):
 
 
 def test_local_context_has_neighbour_relationships_and_seed_units(store):
+    from corpusgraph.query.loaded import LoadedIndex
     from corpusgraph.query.local import build_local_context
 
     question = "Who taught Tobin Hale?"
-    asked = parse_question(store, question, fake_embed([question])[0], titles=store.retriever().titles)
-    ctx = build_local_context(store, asked, QuerySection(top_k_entities=1))
+    asked = parse_question(store, question, fake_embed([question])[0], titles=LoadedIndex(store).retriever().titles)
+    ctx = build_local_context(LoadedIndex(store), asked, QuerySection(top_k_entities=1))
     assert ctx.seed_ids == ["e_tobin"]  # named in the question, ahead of any vector hit
     assert "e_mara" in ctx.entity_ids  # the 1-hop neighbour
     assert {"r2", "r1"} <= set(ctx.rel_ids)  # seed-neighbour edge, and the edge among neighbours
@@ -117,12 +118,14 @@ def test_local_context_has_neighbour_relationships_and_seed_units(store):
 
 
 def test_local_context_respects_a_small_budget(store):
+    from corpusgraph.query.loaded import LoadedIndex
     from corpusgraph.query.local import build_local_context
 
     question = "What did Mara Voss and Ilsa Brand agree in Port Keel?"
-    asked = parse_question(store, question, fake_embed([question])[0], titles=store.retriever().titles)
-    roomy = build_local_context(store, asked, QuerySection(max_context_tokens=4000))
-    tight = build_local_context(store, asked, QuerySection(max_context_tokens=200))
+    loaded = LoadedIndex(store)
+    asked = parse_question(store, question, fake_embed([question])[0], titles=loaded.retriever().titles)
+    roomy = build_local_context(loaded, asked, QuerySection(max_context_tokens=4000))
+    tight = build_local_context(loaded, asked, QuerySection(max_context_tokens=200))
     assert roomy.tokens > 400  # so the small budget really has to cut
     assert count_tokens(tight.text) <= 200 and sum(tight.section_tokens.values()) <= 200
     assert tight.unit_ids and len(tight.unit_ids) < len(roomy.unit_ids)

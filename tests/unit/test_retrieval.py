@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 from corpusgraph.config import QuerySection, RetrievalSection
 from corpusgraph.graph.walk import personalized_pagerank
+from corpusgraph.query import hops
 from corpusgraph.query.lexical import Bm25, tokenize
 from corpusgraph.query.question import parse_question
-from corpusgraph.query.retrieval import rank_units
+from corpusgraph.query.retrieval import GraphRetriever, rank_units
 from tests.support.query_fixtures import fake_embed, rows_store
+
+# One retriever per store for the whole module (the engine's LoadedIndex keeps one the same way).
+_retriever = functools.cache(GraphRetriever)
 
 
 def _unchecked(**weights) -> RetrievalSection:
@@ -21,6 +27,19 @@ def _unchecked(**weights) -> RetrievalSection:
 def _asked(r, text: str, vector):
     """The question as the engine hands it on: its names and the titles it names matched once."""
     return parse_question(r.store, text, vector, titles=r.titles)
+
+
+# The steps after the walk, as the retriever calls them: with its passage links and unit vectors.
+def _bridge(r, *args):
+    return hops.bridge(r.links, r.store.vectors("text_unit"), *args)
+
+
+def _entity_bridge(r, *args):
+    return hops.entity_bridge(r.links, r.store.vectors("text_unit"), *args)
+
+
+def _named_passages(r, *args):
+    return hops.named_passages(r.links, r.store.vectors("text_unit"), *args)
 
 
 def test_tokenize_drops_stop_words_and_case():
@@ -72,38 +91,39 @@ def test_multi_hop_question_reaches_the_second_hop_passage(store):
     entity can reach it, and a passage with no entity (u6) stays unreached."""
     question = "Which treaty did the founder of the Lumen Guild sign?"
     qv = fake_embed([question])[0]
-    asked = _asked(store.retriever(), question, qv)
-    graph_only = dict(store.retriever().rank(
+    asked = _asked(_retriever(store), question, qv)
+    graph_only = dict(_retriever(store).rank(
         asked, RetrievalSection(passage_weight=0.0, seed_support=False, keep_dense=0), 10))
     assert "u5" in graph_only and "u6" not in graph_only
     assert max(graph_only, key=graph_only.get) in {"u1", "u2", "u4", "u7"}  # the guild's own passages lead
-    ranked = rank_units(store, asked, RetrievalSection(), 5)
+    ranked = rank_units(_retriever(store), asked, RetrievalSection(), 5)
     # With the defaults, the dense guarantee keeps the best passage by the passage score first
     # (the walk's founder passage is not ahead of it by the margin); the founder passage and the
     # treaty passage the walk reached through her are in the context too.
-    scores = store.retriever().passage_scores(asked, RetrievalSection())
-    assert ranked[0] == store.retriever().unit_ids[max(scores, key=scores.get)]
+    scores = _retriever(store).passage_scores(asked, RetrievalSection())
+    assert ranked[0] == _retriever(store).unit_ids[max(scores, key=scores.get)]
     assert "u1" in ranked and "u5" in ranked
     assert "u9" not in ranked  # its document is deleted
 
 
 def test_named_entity_passages_outrank_unrelated_ones(store):
     question = "Who directs the Iron Coast Company?"
-    ranked = rank_units(store, _asked(store.retriever(), question, fake_embed([question])[0]), RetrievalSection(), 8)
+    ranked = rank_units(_retriever(store), _asked(_retriever(store), question, fake_embed([question])[0]), RetrievalSection(), 8)
     assert ranked[0] == "u3"
     assert ranked.index("u3") < ranked.index("u6")  # storms: no shared entity, low lexical overlap
 
 
-def test_retriever_is_built_once_per_store(store):
-    assert store.retriever() is store.retriever()
-    r = store.retriever()
+def test_retriever_is_built_once_per_loaded_index(store):
+    from corpusgraph.query.loaded import LoadedIndex
+
+    loaded = LoadedIndex(store)
+    assert loaded.retriever() is loaded.retriever()
+    r = loaded.retriever()
     assert len(r.unit_ids) == len(store.units) and r.n == len(store.units) + len(store.entities)
 
 
 def test_a_unit_is_linked_to_the_entity_named_by_its_document_title():
     """u3's text never names the company, but its document's title does ("The ..." dropped)."""
-    from corpusgraph.query.retrieval import GraphRetriever
-
     store = rows_store(
         units={"u3": {"doc_id": "d3", "text": "It mines copper."}, "u4": {"doc_id": "d4", "text": "Copper sales."}},
         docs={"d3": {"title": "The Iron Coast Company"}, "d4": {"title": "Sales"}},
@@ -121,17 +141,15 @@ def test_entity_vector_seeds_add_to_name_matches(store):
     """No entity is named; the nearest entity vectors seed the walk instead."""
     question = "copper director"
     qv = fake_embed([question])[0]
-    asked = _asked(store.retriever(), question, qv)
-    with_vectors = store.retriever().entity_seeds(asked, RetrievalSection(entity_seeds=3))
-    names_only = store.retriever().entity_seeds(asked, RetrievalSection(entity_seeds=0))
+    asked = _asked(_retriever(store), question, qv)
+    with_vectors = _retriever(store).entity_seeds(asked, RetrievalSection(entity_seeds=3))
+    names_only = _retriever(store).entity_seeds(asked, RetrievalSection(entity_seeds=0))
     assert names_only == {} and with_vectors
-    assert rank_units(store, asked, RetrievalSection(entity_seeds=3), 3)
+    assert rank_units(_retriever(store), asked, RetrievalSection(entity_seeds=3), 3)
 
 
 def _path_retriever(n: int):
     """A GraphRetriever over a path of n entities e0 - e1 - ... with one unit on e0."""
-    from corpusgraph.query.retrieval import GraphRetriever
-
     ents = {f"e{i:03d}": {"title": f"E{i}", "unit_ids": ["u0"] if i == 0 else []} for i in range(n)}
     rels = {f"r{i}": {"source_id": f"e{i:03d}", "target_id": f"e{i + 1:03d}", "weight": 1.0} for i in range(n - 1)}
     store = rows_store(units={"u0": {"doc_id": "d0", "text": "x"}}, docs={"d0": {"title": ""}},
@@ -212,7 +230,7 @@ def test_sparse_walk_gives_the_dense_walks_scores(monkeypatch, sort_below):
 def test_neighbourhood_walk_equals_the_full_walk_when_it_covers_the_graph(store):
     """Reaching every node, the bounded walk is the full PPR; bounded tighter, it keeps the top
     of the ranking (what the context needs) while zeroing far nodes."""
-    r = store.retriever()
+    r = _retriever(store)
     rng = np.random.default_rng(3)
     reset = np.zeros(r.n)
     reset[rng.choice(r.n, size=3, replace=False)] = [0.5, 0.3, 0.2]
@@ -229,9 +247,9 @@ def test_large_graphs_rank_through_the_bounded_walk(store):
     multi-hop passage is still reached through the founder entity."""
     question = "Which treaty did the founder of the Lumen Guild sign?"
     qv = fake_embed([question])[0]
-    n = store.retriever().n
+    n = _retriever(store).n
     w = _unchecked(passage_weight=0.0, seed_support=False, keep_dense=0, max_walk_nodes=n - 1, walk_hops=3)
-    ranked = dict(store.retriever().rank(_asked(store.retriever(), question, qv), w, 10))
+    ranked = dict(_retriever(store).rank(_asked(_retriever(store), question, qv), w, 10))
     assert "u5" in ranked and "u6" not in ranked
 
 
@@ -269,41 +287,35 @@ def _bridge_store():
 
 
 def test_documents_are_found_by_their_title_mentioned_as_whole_words():
-    from corpusgraph.query.retrieval import GraphRetriever
-
     r = GraphRetriever(_bridge_store())
-    assert r.mentioned_documents("uA") == ["dB"]  # qualifier dropped; "The" (stop words only) is no title
-    assert r.mentioned_documents("uO") == []  # the words in another order are no mention
-    assert r.mentioned_documents("uX") == []  # its own title does not count
+    assert hops.mentioned_documents(r.links, "uA") == ["dB"]  # qualifier dropped; "The" (stop words only) is no title
+    assert hops.mentioned_documents(r.links, "uO") == []  # the words in another order are no mention
+    assert hops.mentioned_documents(r.links, "uX") == []  # its own title does not count
 
 
 def test_bridge_step_puts_the_mentioned_document_after_the_passage_that_names_it():
-    from corpusgraph.query.retrieval import GraphRetriever
-
     r = GraphRetriever(_bridge_store())
     q = np.array([0.6, 0.8, 0.0], dtype=np.float32)  # nearest uB2 (cosine 1.0), then uB1 (0.94)
     ranked = [("uA", 0.9), ("uX", 0.5), ("uO", 0.4)]
     by_question = RetrievalSection(bridge_from=1, bridge_novelty=0.0)
-    assert r.bridge(ranked, q, by_question) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5), ("uO", 0.4)]
+    assert _bridge(r, ranked, q, by_question) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5), ("uO", 0.4)]
     # With novelty, uB1 wins: nearly as close to the question and much less like uA (0.3 vs 0.6).
-    assert r.bridge(ranked, q, RetrievalSection(bridge_from=1, bridge_novelty=0.5))[1] == ("uB1", 0.9)
+    assert _bridge(r, ranked, q, RetrievalSection(bridge_from=1, bridge_novelty=0.5))[1] == ("uB1", 0.9)
     # Off, or every linked passage too far from the question: the ranking is left as it was.
-    assert r.bridge(ranked, q, RetrievalSection(bridge_from=0)) == ranked
-    assert r.bridge(ranked, np.array([0.0, 0.0, 1.0], dtype=np.float32), RetrievalSection(bridge_from=1)) == ranked
+    assert _bridge(r, ranked, q, RetrievalSection(bridge_from=0)) == ranked
+    assert _bridge(r, ranked, np.array([0.0, 0.0, 1.0], dtype=np.float32), RetrievalSection(bridge_from=1)) == ranked
     # The floor applies before novelty: uB1 (0.94) falls below it, so uB2 is taken.
-    assert r.bridge(ranked, q, RetrievalSection(bridge_from=1, bridge_novelty=0.5, bridge_min_score=0.95))[1] == ("uB2", 0.9)
+    assert _bridge(r, ranked, q, RetrievalSection(bridge_from=1, bridge_novelty=0.5, bridge_min_score=0.95))[1] == ("uB2", 0.9)
     # A bridged passage ranked lower moves up (once, with the score of the passage before it);
     # one already placed above is not taken again, so the next-best unit of the document is.
     low = [("uA", 0.9), ("uX", 0.5), ("uB2", 0.3)]
-    assert r.bridge(low, q, by_question) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5)]
+    assert _bridge(r, low, q, by_question) == [("uA", 0.9), ("uB2", 0.9), ("uX", 0.5)]
     above = [("uB2", 0.95), ("uA", 0.9), ("uX", 0.5)]
-    assert r.bridge(above, q, RetrievalSection(bridge_from=2, bridge_novelty=0.0)) == \
+    assert _bridge(r, above, q, RetrievalSection(bridge_from=2, bridge_novelty=0.0)) == \
         [("uB2", 0.95), ("uA", 0.9), ("uB1", 0.9), ("uX", 0.5)]
 
 
 def test_a_title_inside_the_passages_own_title_is_no_mention():
-    from corpusgraph.query.retrieval import GraphRetriever
-
     store = rows_store(
         units={"u1": {"doc_id": "d1", "text": "A game in which direct action squads meet Dale Brown's heroes."},
                "u2": {"doc_id": "d2", "text": "Tactics."}, "u3": {"doc_id": "d3", "text": "An author."}},
@@ -311,12 +323,10 @@ def test_a_title_inside_the_passages_own_title_is_no_mention():
               "d3": {"title": "Dale Brown"}},
         entities={}, relationships={}, names={},
     )
-    assert GraphRetriever(store).mentioned_documents("u1") == ["d3"]
+    assert hops.mentioned_documents(GraphRetriever(store).links, "u1") == ["d3"]
 
 
 def test_titles_sharing_a_first_word_are_told_apart_by_their_whole_run():
-    from corpusgraph.query.retrieval import GraphRetriever
-
     docs = {f"d{i}": {"title": f"Dispatch {i}"} for i in range(50)}
     docs["dn"] = {"title": "Dispatch"}  # a one-word title under the same first word
     docs["dl"] = {"title": "Dispatch 7 (annex)"}  # the same words as d7 once the qualifier goes
@@ -324,28 +334,30 @@ def test_titles_sharing_a_first_word_are_told_apart_by_their_whole_run():
                             docs=docs, entities={}, relationships={}, names={})
     r = GraphRetriever(store)
     # "Dispatch" (own title "Dispatch 0" contains it) is no mention; runs of two words are.
-    assert r.mentioned_documents("u0") == ["d7", "dl", "d12"]
+    assert hops.mentioned_documents(r.links, "u0") == ["d7", "dl", "d12"]
 
 
 def test_a_document_the_question_names_by_title_goes_first_and_is_bridged_from():
-    from corpusgraph.query.retrieval import GraphRetriever
-
     r = GraphRetriever(_bridge_store())
     # The question names "Leland, North Carolina" (dA's title): its passage uA goes first even
     # though the walk found nothing; then the bridge follows uA to the film it names.
     q = np.array([0.8, 0.6, 0.0], dtype=np.float32)
     question = "Who directed the film shot in Leland, North Carolina?"
-    assert r.named_passages(_asked(r, question, q), RetrievalSection()) == ["uA"]
-    assert r.named_passages(_asked(r, question, q), RetrievalSection(title_seeds=0)) == []
-    assert r.named_passages(_asked(r, question, q), RetrievalSection(title_min_score=0.9)) == []  # uA's cosine is 0.8
-    assert r.named_passages(_asked(r, "Who wrote about Leland?", q), RetrievalSection()) == []  # part of a title is no title
+    assert _named_passages(r, _asked(r, question, q), RetrievalSection()) == ["uA"]
+    assert _named_passages(r, _asked(r, question, q), RetrievalSection(title_seeds=0)) == []
+    assert _named_passages(r, _asked(r, question, q), RetrievalSection(title_min_score=0.9)) == []  # uA's cosine is 0.8
+    assert _named_passages(r, _asked(r, "Who wrote about Leland?", q), RetrievalSection()) == []  # part of a title is no title
     # A question far from uA in vector space: the walk alone ranks it below uX and uO.
     far = np.array([0.0, 0.3, 0.954], dtype=np.float32)
     question = "Which weather station reports near Leland, North Carolina?"
-    named = RetrievalSection(title_min_score=0.0)
+    named = RetrievalSection(title_min_score=0.0, keep_dense=0)
     assert [u for u, _ in r.rank(_asked(r, question, far), RetrievalSection(title_seeds=0, bridge_from=0), 5)][0] == "uX"
     ranked = [u for u, _ in r.rank(_asked(r, question, far), named, 5)]
     assert ranked[0] == "uA" and ranked[1] in {"uB1", "uB2"}  # named first, then its bridge
+    # Under the guarantee the title step obeys the walk's rule: uA's place is the walk's best score,
+    # no more than what protects uX (the passages' best), so uX keeps the first place; uA follows.
+    guarded = [u for u, _ in r.rank(_asked(r, question, far), RetrievalSection(title_min_score=0.0), 5)]
+    assert guarded[0] == "uX" and "uA" in guarded
 
 
 def _entity_bridge_store():
@@ -368,8 +380,6 @@ def _entity_bridge_store():
 
 
 def test_entity_bridge_follows_a_stated_entity_to_the_passage_the_question_needs_next():
-    from corpusgraph.query.retrieval import GraphRetriever
-
     r = GraphRetriever(_entity_bridge_store())
     q = np.array([0.6, 0.8, 0.0], dtype=np.float32)
     named = {r.entity_index["signmark"]}
@@ -377,29 +387,28 @@ def test_entity_bridge_follows_a_stated_entity_to_the_passage_the_question_needs
     one = RetrievalSection(entity_bridge_from=1)
     # Finland leads to uM; Signmark (named by the question), the hub (61 passages > sqrt(67)) and uS's
     # own document are not followed, though uQ, uH and uS2 score higher.
-    assert r.entity_bridge(ranked, q, one, named) == [("uS", 0.9), ("uM", 0.9), ("uE", 0.5), ("uX", 0.4)]
+    assert _entity_bridge(r, ranked, q, one, named) == [("uS", 0.9), ("uM", 0.9), ("uE", 0.5), ("uX", 0.4)]
     # Each exclusion matters: without it, the passage it kept out wins.
-    assert r.entity_bridge(ranked, q, one)[1] == ("uQ", 0.9)
-    assert r.entity_bridge(ranked, q, RetrievalSection(entity_bridge_from=1, entity_bridge_max_passages=100),
+    assert _entity_bridge(r, ranked, q, one)[1] == ("uQ", 0.9)
+    assert _entity_bridge(r, ranked, q, RetrievalSection(entity_bridge_from=1, entity_bridge_max_passages=100),
                            named)[1] == ("uH", 0.9)
     # Off, or nothing close enough to the question: the ranking is left as it was.
-    assert r.entity_bridge(ranked, q, RetrievalSection(entity_bridge_from=0), named) == ranked
-    assert r.entity_bridge(ranked, np.array([0.0, 0.0, 1.0], dtype=np.float32), one, named) == ranked
+    assert _entity_bridge(r, ranked, q, RetrievalSection(entity_bridge_from=0), named) == ranked
+    assert _entity_bridge(r, ranked, np.array([0.0, 0.0, 1.0], dtype=np.float32), one, named) == ranked
     # The first passages keep their places; a bridged passage found lower moves up once.
     low = [("uS", 0.9), ("uE", 0.5), ("uX", 0.4), ("uM", 0.1)]
-    assert r.entity_bridge(low, q, RetrievalSection(entity_bridge_from=2), named) == \
+    assert _entity_bridge(r, low, q, RetrievalSection(entity_bridge_from=2), named) == \
         [("uS", 0.9), ("uE", 0.5), ("uM", 0.9), ("uX", 0.4)]
 
 
-def test_rank_hands_the_entities_the_question_names_to_the_entity_bridge():
-    from corpusgraph.query.retrieval import GraphRetriever
-
+def test_rank_hands_the_entities_the_question_names_to_the_entity_bridge(monkeypatch):
     r = GraphRetriever(_entity_bridge_store())
     question = "What currency did Signmark's country use?"
     assert r.named_entities(_asked(r, question, None)) == {r.entity_index["signmark"]}  # match_names: Signmark
     seen = []
-    follow = r.entity_bridge
-    r.entity_bridge = lambda ranked, qv, w, named=frozenset(): seen.append(named) or follow(ranked, qv, w, named)
+    follow = hops.entity_bridge
+    monkeypatch.setattr(hops, "entity_bridge", lambda links, vectors, ranked, qv, w, named=frozenset():
+                        seen.append(named) or follow(links, vectors, ranked, qv, w, named))
     ranked = [u for u, _ in r.rank(_asked(r, question, np.array([0.6, 0.8, 0.0], dtype=np.float32)), RetrievalSection(), 10)]
     assert seen == [{r.entity_index["signmark"]}]
     assert len(ranked) == len(set(ranked))  # no passage twice
@@ -423,8 +432,6 @@ def _hub_store():
 
 
 def test_hub_seeds_give_way_to_the_passage_scores_and_the_best_passage_is_kept():
-    from corpusgraph.query.retrieval import GraphRetriever
-
     r = GraphRetriever(_hub_store())
     q = np.array([1.0, 0.0, 0.0], dtype=np.float32)
     question = "What did Li Hua say about the party?"
@@ -436,8 +443,55 @@ def test_hub_seeds_give_way_to_the_passage_scores_and_the_best_passage_is_kept()
     support_only = RetrievalSection(keep_dense=0, entity_bridge_from=0)
     assert [u for u, _ in r.rank(_asked(r, question, q), support_only, 5)][0] == "uT"
     # The guarantee's margin is scaled by (1 - trust), trust being the seeds' support: with
-    # seed support off the walk is fully trusted and the guarantee moves nothing.
-    guard_only = RetrievalSection(seed_support=False, entity_bridge_from=0)
+    # seed support off the walk is fully trusted and the guarantee moves nothing but the first
+    # place, which is basic search's best passage whatever the graph says (keep_first).
+    guard_only = RetrievalSection(seed_support=False, entity_bridge_from=0, keep_first=False)
     assert r.rank(_asked(r, question, q), guard_only, 5) == r.rank(_asked(r, question, q), old, 5)
+    first_kept = RetrievalSection(seed_support=False, entity_bridge_from=0)
+    assert [u for u, _ in r.rank(_asked(r, question, q), first_kept, 5)][0] == "uT"
     # The defaults: uT first.
     assert [u for u, _ in r.rank(_asked(r, question, q), RetrievalSection(), 5)][0] == "uT"
+
+
+QUESTIONS_FOR_GUARANTEE = ("Who taught Tobin Hale?", "What did Mara Voss and Ilsa Brand agree in Port Keel?",
+                           "Do winter storms halt the copper mines?", "Who holds a lantern festival in spring?")
+
+
+def test_the_guarantee_keeps_basic_searchs_first_places_against_a_graph_without_the_margin(store):
+    from corpusgraph.query.hybrid import basic_ranking
+    from corpusgraph.query.loaded import LoadedIndex
+
+    loaded, r = LoadedIndex(store), _retriever(store)
+    for question in QUESTIONS_FOR_GUARANTEE:
+        asked = _asked(r, question, fake_embed([question])[0])
+        basic = basic_ranking(loaded, asked, QuerySection(), 5).unit_ids
+        # An arbitrary basic ranking (its reverse) and a margin no walk score reaches: every
+        # protected passage keeps its place, at each of the first five ranks, steps included.
+        for protected in (basic, basic[::-1]):
+            ranked = rank_units(r, asked, RetrievalSection(keep_dense_margin=1e9, seed_support_scale=1e-9), 10,
+                                protected)
+            assert ranked[:5] == protected[:5], question
+        # With the margin derived from the walk, the first place is basic's whatever the graph says;
+        # without keep_first it is basic's or the graph's own choice.
+        assert r.rank(asked, RetrievalSection(), 10, basic)[0][0] == basic[0], question
+        graph_only = [u for u, _ in r.rank(asked, RetrievalSection(keep_dense=0), 10)]
+        assert r.rank(asked, RetrievalSection(keep_first=False), 10, basic)[0][0] in (basic[0], graph_only[0]), question
+
+
+def test_the_guarantee_margin_comes_from_the_damping_unless_configured():
+    from corpusgraph.query.adaptive import guarantee_margin
+
+    assert guarantee_margin(RetrievalSection()) == 1.0  # d = 0.5: the walk can at most double a score
+    assert guarantee_margin(RetrievalSection(damping=0.8)) == pytest.approx(4.0)
+    assert guarantee_margin(RetrievalSection(keep_dense_margin=0.3)) == 0.3
+
+
+def test_a_protected_passage_outside_the_candidates_is_walked_and_keeps_its_place(store):
+    # A reranker may lift a passage the passage scores never took in (one candidate here): it gets
+    # restart mass, so a graph choice must beat its walk score, not an absent one.
+    r = _retriever(store)
+    question = "Who taught Tobin Hale?"
+    asked = _asked(r, question, fake_embed([question])[0])
+    w = RetrievalSection(candidates=1, keep_dense_margin=1e9, seed_support_scale=1e-9)
+    ranked = r.rank(asked, w, 10, ["u6", "u2"])
+    assert [u for u, _ in ranked[:2]] == ["u6", "u2"] and ranked[0][1] > 0

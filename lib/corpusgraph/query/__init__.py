@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from corpusgraph.lazy import lazy_exports
 
-__all__ = ["IndexStore", "QueryEngine", "Answer", "Citation", "format_answer"]
+__all__ = ["IndexStore", "LoadedIndex", "QueryEngine", "Answer", "Citation", "format_answer"]
 
 _WHERE = {
     "IndexStore": "corpusgraph.query.store",
+    "LoadedIndex": "corpusgraph.query.loaded",
     "QueryEngine": "corpusgraph.query.engine",
     "Answer": "corpusgraph.query.answer",
     "Citation": "corpusgraph.query.answer",
@@ -23,6 +24,7 @@ _WHERE = {
 if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from corpusgraph.query.answer import Answer, Citation, format_answer
     from corpusgraph.query.engine import QueryEngine
+    from corpusgraph.query.loaded import LoadedIndex
     from corpusgraph.query.store import IndexStore
 
 

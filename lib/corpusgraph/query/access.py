@@ -19,29 +19,39 @@ domains, because a merged description or a community report may quote any of its
 - vector search: the shared FAISS index, asked for more hits than wanted and filtered to the
   view, asking for more until k visible hits are found or the index is exhausted.
 
-A view is an `IndexStore` (store.py's RestrictedStore: same attributes, lookups and methods), so
-basic, local, global and drift search run on it unchanged. `IndexStore.restricted(domains)` builds
-one per domain set with `select_view` and keeps it; rows are shared with the full store, only the
-id maps are new.
+A view is an `IndexStore` like the whole index (same attributes, lookups and methods), so basic,
+local, global and drift search run on it unchanged. `restrict(store, domains)` builds one;
+query/loaded.py's LoadedIndex keeps one per domain set, so each set pays the pass once.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Collection, Container, Iterable, Mapping
+import logging
+from typing import Collection, Container, Iterable, Mapping
 
 import numpy as np
 
-if TYPE_CHECKING:  # the store builds its views with these rules
-    from corpusgraph.query.store import IndexStore
+from corpusgraph.query.columns import Rows
+from corpusgraph.query.rows import FILL, KEYS
+from corpusgraph.query.store import IndexStore, StoreTables
 
 __all__ = [
-    "VisibleVectors", "select_view", "domain_view_id", "entity_visible", "relationship_visible", "claim_visible",
+    "VisibleVectors", "restrict", "select_view", "domain_view_id", "entity_visible", "relationship_visible", "claim_visible",
     "community_visible", "one_domain", "parent_in_view", "partial_view_community",
 ]
 
+log = logging.getLogger(__name__)
+
 # First fetch is this many times k; each refill fetches this many times more.
 _OVERFETCH = 4
+# A view's tables: (attribute, table name).
+_VIEW_TABLES = (("docs", "documents"), ("units", "text_units"), ("entities", "entities"),
+                ("relationships", "relationships"), ("claims", "claims"), ("communities", "communities"),
+                ("reports", "community_reports"))
+# Vector kinds and the view's table that says which of their ids it shows.
+_VECTOR_TABLES = {"text_unit": "units", "entity": "entities", "relationship": "relationships", "claim": "claims",
+                  "community": "communities", "community_report": "reports", "document": "docs"}
 
 
 class VisibleVectors:
@@ -149,8 +159,41 @@ def partial_view_community(com: Mapping, domain: str, parent: str | None, entiti
     }
 
 
-def select_view(view: IndexStore, base: IndexStore, domains: frozenset[str]) -> None:
-    """Fill the view's tables from base by the rules in the module docstring."""
+def restrict(store: IndexStore, domains: Iterable[str] | None) -> IndexStore:
+    """The part of `store` built only from documents in `domains` (the rules above); None: all of
+    it. A view of a view narrows from the whole index to the domains both allow. Rows are shared
+    with the whole index, only the id maps are new; vector search goes to the whole index's
+    vectors, filtered (VisibleVectors)."""
+    if domains is None:
+        return store
+    base = store.base if store.base is not None else store
+    key = frozenset(domains) if store.domains is None else store.domains & frozenset(domains)
+    view = _Tables()
+    select_view(view, base, key)
+    # select_view leaves each table as a dict of the rows the view shows; kept as Rows typed like
+    # the base's, so the view's lookups and column paths are the store's own.
+    tables = {attr: Rows.from_rows(list(getattr(view, attr).values()), KEYS[name], getattr(base, attr).table.schema,
+                                   FILL.get(name)) for attr, name in _VIEW_TABLES}
+
+    def vectors(kind: str):
+        visible = tables.get(_VECTOR_TABLES.get(kind, ""))
+        if visible is None:  # a kind without an access rule: show none of it
+            log.warning("vector kind %r has no access rule; a restricted view returns no hits", kind)
+            visible = {}
+        return VisibleVectors(base.vectors(kind), visible)
+
+    return IndexStore(base.warehouse, base.index_dir, load_vectors=False, s3=base.s3, tables=StoreTables(
+        **tables, unit_domain=view.unit_domain, domains=key, base=base,
+        partial_communities=frozenset(view.partial_communities), vectors=vectors))
+
+
+class _Tables:
+    """What select_view fills: a view's tables as dicts, before they become Rows."""
+
+
+def select_view(view, base: IndexStore, domains: frozenset[str]) -> None:
+    """Fill the view's tables (attributes of `view`, each a dict id -> row) from base by the rules
+    in the module docstring."""
     allowed_units = {u for u, d in base.unit_domain.items() if d in domains}
     view.unit_domain = {u: base.unit_domain[u] for u in allowed_units}
     view.docs = {k: d for k, d in base.docs.items() if d.get("access_domain") in domains}

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Rows", "CsrMap", "ids_array"]
+__all__ = ["Rows", "CsrMap", "UnitDomains", "ids_array"]
 
 # Rows converted per batch when a whole table is walked (values(), items()).
 _BATCH_ROWS = 8192
@@ -238,3 +238,30 @@ class CsrMap(Mapping):
 
     def __len__(self) -> int:
         return len(self._present)
+
+
+class UnitDomains(Mapping):
+    """unit id -> its document's access domain, for every unit (those of deleted documents too).
+
+    The units the store shows answer through their position in `units` (a domain code each);
+    the few of deleted documents are kept apart."""
+
+    def __init__(self, units: Rows, codes: np.ndarray, names: list, hidden: dict[str, str | None]):
+        self._units, self._codes, self._names, self._hidden = units, codes, names, hidden
+
+    def __getitem__(self, unit_id: str) -> str | None:
+        i = self._units.position(unit_id)
+        if i is None:
+            return self._hidden[unit_id]
+        code = int(self._codes[i])
+        return None if code < 0 else self._names[code]
+
+    def __contains__(self, unit_id: object) -> bool:
+        return unit_id in self._units or unit_id in self._hidden
+
+    def __iter__(self):
+        yield from self._units.ids
+        yield from self._hidden
+
+    def __len__(self) -> int:
+        return len(self._units) + len(self._hidden)

@@ -178,15 +178,20 @@ def describe(coverage: dict[str, Any]) -> list[str]:
             f"Coverage: seeds {seeds}; {coverage.get('hops', 0)} hop(s); {coverage.get('units', 0)} units from "
             f"{coverage.get('documents', 0)} documents; {_pct(coverage.get('budget_used'))} of the context budget"
         )
+        if coverage.get("basic_ranking"):
+            lines.append(f"  first places guaranteed against basic search's {coverage['basic_ranking']} ranking"
+                         + (f" (reranker failed: {coverage['rerank_error']})" if coverage.get("rerank_error") else ""))
         if method == "drift":
             lines.append(f"  primer reports: {coverage.get('primer_reports', 0)}; follow-ups: {coverage.get('follow_ups', 0)}")
     elif method == "basic":
         sim = coverage.get("last_similarity")
         lines.append(
             f"Coverage: k {coverage.get('k')}, {coverage.get('units', 0)} units from {coverage.get('documents', 0)} "
-            f"documents; last unit kept at similarity {'n/a' if sim is None else f'{sim:.3f}'}; "
-            f"{_pct(coverage.get('budget_used'))} of the context budget"
+            f"documents, ranked {coverage.get('ranking', 'dense')}; last unit kept at similarity "
+            f"{'n/a' if sim is None else f'{sim:.3f}'}; {_pct(coverage.get('budget_used'))} of the context budget"
         )
+        if coverage.get("rerank_error"):
+            lines.append(f"  the reranker failed, hybrid order kept: {coverage['rerank_error']}")
     view = coverage.get("view") or {}
     if view.get("restricted"):
         lines.append(f"  within this key's view; communities hidden from it: {view.get('communities_hidden', 0)}")

@@ -30,6 +30,7 @@ from corpusgraph.query.answer import (Answer, ask_once, cited_tags, citations_fo
                                       unique_ordered)
 from corpusgraph.query.coverage import context_coverage, seed_facts
 from corpusgraph.query.global_search import report_block
+from corpusgraph.query.loaded import LoadedIndex
 from corpusgraph.query.local import HOPS, build_local_context, select_seeds
 from corpusgraph.query.question import Question, parse_question
 from corpusgraph.query.store import IndexMissingError, IndexStore
@@ -119,7 +120,7 @@ def _step_request(request_id: str, prompt: str, context: str, question: str, sec
 
 
 def drift_search(
-    store: IndexStore,
+    index: LoadedIndex,
     chat: ChatModel,
     embedder: Embedder,
     parsed_question: Question,
@@ -127,6 +128,7 @@ def drift_search(
     drift_prompt: str,
     reduce_prompt: str,
 ) -> Answer:
+    store = index.store
     question = parsed_question.text
     budget = section.max_context_tokens
     primer_ids, source = primer_reports(store, parsed_question, section.drift.primer_reports)
@@ -165,9 +167,9 @@ def drift_search(
         details["rounds"] += 1
         details["follow_ups"].extend(follow_ups)
         asked.update(q.casefold() for q in follow_ups)
-        titles = store.retriever().titles
+        titles = index.retriever().titles
         parsed = [parse_question(store, q, v, titles=titles) for q, v in zip(follow_ups, embedder.embed(follow_ups))]
-        built = [build_local_context(store, q, section) for q in parsed]
+        built = [build_local_context(index, q, section) for q in parsed]
         requests = [
             _step_request(f"drift-{depth}-{i}", drift_prompt, ctx.text, q.text, section)
             for i, (q, ctx) in enumerate(zip(parsed, built))

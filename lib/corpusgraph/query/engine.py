@@ -17,12 +17,14 @@ from typing import Iterable, Sequence
 
 from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult, Embedder
+from corpusgraph.llm.rerank import open_reranker
 from corpusgraph.prompts import load_prompt
 from corpusgraph.query.answer import Answer
 from corpusgraph.query.basic import basic_search
 from corpusgraph.query.coverage import view_facts
 from corpusgraph.query.drift import drift_search
 from corpusgraph.query.global_search import global_search
+from corpusgraph.query.loaded import LoadedIndex
 from corpusgraph.query.local import local_search
 from corpusgraph.query.question import parse_question
 from corpusgraph.query.store import IndexStore
@@ -96,11 +98,12 @@ def _load_prompt(prompts_dir: Path, relative: str) -> str:
 
 
 class QueryEngine:
-    """Answers questions over a loaded `IndexStore` with one chat model and one embedder."""
+    """Answers questions over a loaded index (a store, its retriever and its views: loaded.py) with
+    one chat model and one embedder; given a bare `IndexStore`, it loads it."""
 
     def __init__(
         self,
-        store: IndexStore,
+        index: LoadedIndex | IndexStore,
         chat: ChatModel,
         embedder: Embedder,
         section: QuerySection,
@@ -108,7 +111,7 @@ class QueryEngine:
         usd_per_1k_in: float = 0.0,
         usd_per_1k_out: float = 0.0,
     ):
-        self.store = store
+        self.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)
         self.chat = chat
         self.embedder = embedder
         self.section = section
@@ -121,18 +124,23 @@ class QueryEngine:
         self.prompt_reduce = _load_prompt(prompts_dir, section.global_.prompt_reduce)
         self.prompt_rate = _load_prompt(prompts_dir, section.global_.prompt_rate)
         self.prompt_drift = _load_prompt(prompts_dir, section.drift.prompt)
-        index_model = getattr(store.vectors("text_unit"), "model", None)
+        index_model = getattr(self.store.vectors("text_unit"), "model", None)
         if index_model and index_model != embedder.model:
             log.warning("vector index was built with %r but the embedder is %r", index_model, embedder.model)
 
-    def with_store(self, store: IndexStore) -> "QueryEngine":
-        """This engine answering from `store` instead (the service passes a caller's restricted
-        view, access.py); model, embedder and prompts are shared. Anything __init__ derives from
-        the store must be re-derived here, or a view would answer from the full index."""
+    @property
+    def store(self) -> IndexStore:
+        """The whole index's store."""
+        return self.index.store
+
+    def with_store(self, index: LoadedIndex | IndexStore) -> "QueryEngine":
+        """This engine answering from `index` instead (the service swaps in a reloaded index);
+        model, embedder and prompts are shared. Anything __init__ derives from the index must be
+        re-derived here, or the engine would answer from the old one."""
         import copy
 
         scoped = copy.copy(self)
-        scoped.store = store
+        scoped.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)
         return scoped
 
     def ask(self, question: str, method: str = "auto", level: int | None = None, top_k: int | None = None,
@@ -146,7 +154,8 @@ class QueryEngine:
         if level is not None and (isinstance(level, bool) or not isinstance(level, int) or level < 0):
             raise ValueError(f"level must be a non-negative integer, got {level!r}")
         section = _with_top_k(self.section, top_k)
-        store = self.store.restricted(domains)
+        index = self.index.view(domains)
+        store = index.store
         # The question's names are matched once, here, and handed on with its vector (basic and
         # global search read none).
         named = store.match_names(question) if method in ("auto", "local", "drift") else ()
@@ -162,14 +171,20 @@ class QueryEngine:
             )
         else:
             # Titles matter to local ranking alone (DRIFT parses its follow-ups, the local part).
-            titles = store.retriever().titles if method == "local" else None
+            titles = index.retriever().titles if method == "local" else None
             parsed = parse_question(store, question, self.embedder.embed([question])[0], named=named, titles=titles)
             if method == "drift":
-                answer = drift_search(store, meter, self.embedder, parsed, section, self.prompt_drift,
+                answer = drift_search(index, meter, self.embedder, parsed, section, self.prompt_drift,
                                       self.prompt_reduce)
             else:
-                search = basic_search if method == "basic" else local_search
-                answer = search(store, meter, parsed, section, self.prompt_answer)
+                # The reranker (query.rerank) reorders basic search's ranking; local search keeps
+                # that ranking's first places unless the graph beats them. A chat reranker's calls
+                # go through the meter, so the answer's cost counts them.
+                reranker = open_reranker(section.rerank, meter) if section.basic == "hybrid" else None
+                if method == "basic":
+                    answer = basic_search(index, meter, parsed, section, self.prompt_answer, reranker)
+                else:
+                    answer = local_search(index, meter, parsed, section, self.prompt_answer, reranker)
         return self._with_cost(answer, meter.results, reason, store)
 
     def _with_cost(self, answer: Answer, results: list[ChatResult], reason: str | None, store: IndexStore) -> Answer:

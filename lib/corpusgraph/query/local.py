@@ -1,7 +1,7 @@
 """Local search: entities named or implied by the question, their neighbourhood, one LLM call.
 
-Context building (`build_local_context`) is a pure function of the store, the question and its
-vector, separate from the LLM call, so it can be tested and benchmarked on its own.
+Context building (`build_local_context`) is a pure function of the loaded index, the question and
+its vector, separate from the LLM call, so it can be tested and benchmarked on its own.
 
 Seeds are the entities whose names appear in the question, then the nearest entity vectors.
 The context has five sections, filled in this order, each with a share of max_context_tokens:
@@ -13,7 +13,8 @@ text units (filled last, and the only thing cited) get at least 40% and usually 
 last in the filling order but are what the answer leans on: they hold the evidence, the rest
 says where to look. Which units, and in what order, is query/retrieval.py's ranking:
 personalised PageRank over entities and passages, restarted at the question's entities and
-its best dense+BM25 passages.
+its best dense+BM25 passages, with basic search's first places (query/hybrid.py) kept unless the
+graph beats them by the margin (query/adaptive.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from corpusgraph.llm.base import ChatModel
 from corpusgraph.query.answer import Answer, answer_over_context, cited_tags, fit_budget, pack_blocks, unique_ordered
 from corpusgraph.query.basic import NO_CONTEXT_ANSWER, unit_block
 from corpusgraph.query.coverage import context_coverage, seed_facts
+from corpusgraph.query.hybrid import basic_ranking
+from corpusgraph.query.loaded import LoadedIndex
 from corpusgraph.query.question import Question
 from corpusgraph.query.retrieval import rank_units
 from corpusgraph.query.store import IndexStore
@@ -194,8 +197,14 @@ def _report_block(store: IndexStore, i: int, cid: str) -> str:
     return "\n".join(lines)
 
 
-def build_local_context(store: IndexStore, question: Question, section: QuerySection) -> LocalContext:
-    """Rank the neighbourhood of the question's entities into one tagged, budgeted context."""
+def build_local_context(index: LoadedIndex, question: Question, section: QuerySection,
+                        protected: list[str] | None = None) -> LocalContext:
+    """Rank the neighbourhood of the question's entities into one tagged, budgeted context.
+    `protected`: basic search's ranking, whose first places the unit ranking keeps unless the
+    graph beats them (None: basic search's ranking without a reranker, made here)."""
+    store = index.store
+    if protected is None and section.retrieval.keep_dense > 0:
+        protected = basic_ranking(index, question, section, section.retrieval.keep_dense).unit_ids
     seeds = select_seeds(store, question, section.top_k_entities)
     neighbours = expand_neighbours(store, seeds, _NEIGHBOURS_PER_SEED_SLOT * section.top_k_entities)
     selected = seeds + neighbours
@@ -224,7 +233,8 @@ def build_local_context(store: IndexStore, question: Question, section: QuerySec
         else:
             # Personalised PageRank over entities and passages (query/retrieval.py), not only
             # the seeds' own units: multi-hop evidence shares an entity with a seed passage.
-            ids = rank_units(store, question, section.retrieval, _UNITS_RANKED * section.top_k_units)
+            ids = rank_units(index.retriever(), question, section.retrieval, _UNITS_RANKED * section.top_k_units,
+                             protected)
             blocks = [unit_block(store, f"U{i}", u) for i, u in enumerate(ids, 1)]
         # The last section takes whatever is left, so rounding never strands tokens.
         room = budget - sum(used_by.values()) if name == "units" else int(budget * share) + carry
@@ -284,9 +294,11 @@ def local_coverage(store: IndexStore, question: Question, ctx: LocalContext, sec
             **context_coverage(store, ctx.unit_ids, ctx.tokens, section.max_context_tokens)}
 
 
-def local_search(store: IndexStore, chat: ChatModel, question: Question, section: QuerySection,
-                 prompt: str) -> Answer:
-    ctx = build_local_context(store, question, section)
+def local_search(index: LoadedIndex, chat: ChatModel, question: Question, section: QuerySection,
+                 prompt: str, reranker=None) -> Answer:
+    store = index.store
+    basic = basic_ranking(index, question, section, max(section.retrieval.keep_dense, 1), reranker)
+    ctx = build_local_context(index, question, section, basic.unit_ids)
     details = {
         "seeds": len(ctx.seed_ids),
         "entities": len(ctx.entity_ids),
@@ -295,7 +307,8 @@ def local_search(store: IndexStore, chat: ChatModel, question: Question, section
         "reports": len(ctx.community_ids),
         "units": len(ctx.unit_ids),
     }
-    coverage = local_coverage(store, question, ctx, section)
+    coverage = {**local_coverage(store, question, ctx, section), "basic_ranking": basic.method,
+                **({"rerank_error": basic.rerank_error} if basic.rerank_error else {})}
     if not ctx.text.strip():
         return Answer(question=question.text, answer=NO_CONTEXT_ANSWER, method="local", details=details, coverage=coverage)
     return answer_over_context(chat, "local", question.text, ctx.text, prompt, section.max_tokens, store,

@@ -33,8 +33,8 @@ the best passages by the passage score keep their places against the walk unless
 stronger by a margin that shrinks as the seeds' support grows (the dense guarantee). Measured
 recall on the dev sets, with the ablation of each step: tests/benchmarks/results/retrieval.json.
 
-`GraphRetriever` builds the graph, BM25 and title index once per `IndexStore` (`IndexStore.retriever`
-keeps it); a question costs a handful of sparse products over the edge list. The walk itself is
+`GraphRetriever` builds the graph, BM25 and title index once per `IndexStore` (query/loaded.py's
+LoadedIndex keeps it); a question costs a handful of sparse products over the edge list. The walk itself is
 graph/walk.py's: above `max_walk_nodes` nodes it runs on the neighbourhood of the restart nodes
 only (at most `walk_hops` hops). With damping 0.5 the mass `walk_hops` = 3 hops out is an eighth
 of the restart mass and ranking near the seeds is what decides the top passages; it makes a
@@ -46,8 +46,7 @@ query/hops.py's.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -55,13 +54,11 @@ from corpusgraph.config import RetrievalSection
 from corpusgraph.graph.walk import WalkGraph
 from corpusgraph.query import hops
 from corpusgraph.query.columns import CsrMap
-from corpusgraph.query.adaptive import entity_share, keep_dense, seed_support
+from corpusgraph.query.adaptive import entity_share, guarantee_margin, keep_dense, seed_support
 from corpusgraph.query.lexical import Bm25, TitleIndex
 from corpusgraph.query.question import Question
+from corpusgraph.query.store import IndexStore
 from corpusgraph.text import clean_name, normalise_name
-
-if TYPE_CHECKING:  # the store imports this module when it builds its retriever
-    from corpusgraph.query.store import IndexStore
 
 __all__ = ["GraphRetriever", "rank_units"]
 
@@ -153,6 +150,8 @@ class GraphRetriever:
         # The bridge steps (query/hops.py): documents by title, and each document's units.
         self.titles = TitleIndex(docs)
         self.units_of_doc = CsrMap(docs, doc_by_rank, by_rank, units)
+        self.links = hops.PassageLinks(self.unit_ids, self.unit_index, units, self.units_of_doc, self.titles,
+                                       self.graph, n_ent, self.passages_of, self.hub_passages)
 
     @staticmethod
     def _title_links(store: IndexStore, doc_by_rank: np.ndarray, ent_rank: np.ndarray, linked: np.ndarray,
@@ -194,25 +193,6 @@ class GraphRetriever:
             for t, title, has in zip(text.take(part).to_pylist(), doc_titles, (d >= 0).tolist()):
                 yield f"{(title if has else None) or ''}\n{t or ''}"
 
-    def mentioned_documents(self, unit_id: str) -> list[str]:
-        """Documents whose title the unit's text contains as whole words, in order of first
-        mention. A title's trailing "(...)" qualifier is not required. Its own document does not
-        count, nor does one whose title is part of its own document's title (a passage of "Act
-        of War: Direct Action" naming its game mentions "Direct action" only by the way)."""
-        unit = self.store.units[unit_id]
-        return self.titles.titles_in(unit.get("text") or "", unit["doc_id"])
-
-    def named_passages(self, question: Question, w: RetrievalSection) -> list[str]:
-        return hops.named_passages(self, question, w)
-
-    def bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray,
-               w: RetrievalSection) -> list[tuple[str, float]]:
-        return hops.bridge(self, ranked, question_vector, w)
-
-    def entity_bridge(self, ranked: list[tuple[str, float]], question_vector: np.ndarray, w: RetrievalSection,
-                      named: set[int] = frozenset()) -> list[tuple[str, float]]:
-        return hops.entity_bridge(self, ranked, question_vector, w, named)
-
     def passage_scores(self, question: Question, w: RetrievalSection) -> dict[int, float]:
         """Hybrid dense + BM25 score of the candidate passages (unit index -> score in [0, 1])."""
         q = np.asarray(question.vector, dtype=np.float32).reshape(1, -1)
@@ -250,12 +230,25 @@ class GraphRetriever:
                     seeds[i] = max(seeds.get(i, 0.0), float(score))
         return {i: s / max(self.passages_of[i], 1.0) for i, s in seeds.items()}
 
-    def rank(self, question: Question, w: RetrievalSection, limit: int) -> list[tuple[str, float]]:
-        """The `limit` best (unit_id, score) pairs for the question, best first."""
+    def rank(self, question: Question, w: RetrievalSection, limit: int,
+             protected: Sequence[str] | None = None) -> list[tuple[str, float]]:
+        """The `limit` best (unit_id, score) pairs for the question, best first. `protected`:
+        basic search's ranking (query/hybrid.py), whose first `keep_dense` passages keep their
+        places unless the graph's evidence beats them by the margin (adaptive.py); None: the
+        passage score's ranking stands in for it."""
         if not self.unit_ids:
             return []
         n_ent = len(self.entity_ids)
         passages = self.passage_scores(question, w)
+        if protected is not None and w.keep_dense > 0:
+            # A protected passage outside the candidates (a reranker may lift one from far down)
+            # still gets restart mass, the least a candidate has: the walk then scores it, and a
+            # graph choice must beat that score, not an absent one.
+            floor = min(passages.values(), default=1.0)
+            for u in protected[: w.keep_dense]:
+                i = self.unit_index.get(u)
+                if i is not None and i not in passages:
+                    passages[i] = floor
         seeds = self.entity_seeds(question, w)
         if seeds and passages and w.seed_support:
             score = np.zeros(len(self.unit_ids))
@@ -286,22 +279,31 @@ class GraphRetriever:
         units, unit_scores = nodes[reached] - n_ent, scores[reached]
         order = np.lexsort((units, -unit_scores))[:limit]  # best first, ties by passage index
         ranked = [(self.unit_ids[i], float(v)) for i, v in zip(units[order].tolist(), unit_scores[order].tolist())]
-        if w.keep_dense > 0 and passages:
-            # The dense guarantee against the walk; a walk on poorly supported seeds (trust near
-            # 0) needs the whole margin to move a protected passage, a well supported one less.
-            best = sorted(passages, key=lambda i: (-passages[i], i))[: w.keep_dense]
-            dense = [self.unit_ids[i] for i in best]
-            walked = dict(zip(units.tolist(), unit_scores.tolist()))
-            evidence = {u: walked.get(self.unit_index[u], 0.0) for u in dense}
-            ranked = keep_dense(ranked, dense, evidence, w.keep_dense, w.keep_dense_margin * (1.0 - trust))
-        named_units = self.named_passages(question, w)
+        vectors = self.store.vectors("text_unit")
+        named_units = hops.named_passages(self.links, vectors, question, w)
         if named_units:
             # Named documents first, with the top walk score; the walk's order after them.
             top = max((score for _, score in ranked), default=1.0)
             first = {u: top for u in named_units}
             ranked = list(first.items()) + [(u, score) for u, score in ranked if u not in first]
-        ranked = self.bridge(ranked, question.vector, w)
-        ranked = self.entity_bridge(ranked, question.vector, w, self.named_entities(question))
+        ranked = hops.bridge(self.links, vectors, ranked, question.vector, w)
+        ranked = hops.entity_bridge(self.links, vectors, ranked, question.vector, w, self.named_entities(question))
+        if w.keep_dense > 0 and (passages or protected):
+            # The guarantee, after every step: the walk's choices, named documents and bridged
+            # passages (each carrying the score it was placed with) all face the same rule. A
+            # walk on poorly supported seeds (trust near 0) needs the whole margin to move a
+            # protected passage, a well supported one less.
+            if protected is None:
+                protected = [self.unit_ids[i] for i in sorted(passages, key=lambda i: (-passages[i], i))]
+            guard = [u for u in protected if u in self.unit_index][: w.keep_dense]
+            walked = dict(zip(units.tolist(), unit_scores.tolist()))
+            evidence = {u: walked.get(self.unit_index[u], 0.0) for u in guard}
+            ranked = keep_dense(ranked, guard, evidence, w.keep_dense, guarantee_margin(w) * (1.0 - trust))
+            if w.keep_first and guard and ranked and ranked[0][0] != guard[0]:
+                # The first place answers what the question's own words match best; the graph's
+                # evidence is about what they do not say (the next hop), so it takes the places after.
+                first = next(x for x in ranked if x[0] == guard[0])
+                ranked = [first] + [x for x in ranked if x[0] != guard[0]]
         return ranked[:limit]
 
     def passages_of_entity(self, e: int) -> np.ndarray:
@@ -314,6 +316,8 @@ class GraphRetriever:
         return self.graph.neighbourhood_pagerank(reset, w.damping, w.iterations, w.walk_hops, w.max_walk_nodes)
 
 
-def rank_units(store: IndexStore, question: Question, weights: RetrievalSection, limit: int) -> list[str]:
-    """Unit ids for the question's context, best first (at most `limit`)."""
-    return [u for u, _ in store.retriever().rank(question, weights, limit)]
+def rank_units(retriever: GraphRetriever, question: Question, weights: RetrievalSection, limit: int,
+               protected: Sequence[str] | None = None) -> list[str]:
+    """Unit ids for the question's context, best first (at most `limit`); `protected`: basic
+    search's ranking, whose top places the ranking keeps unless the graph beats them by the margin."""
+    return [u for u, _ in retriever.rank(question, weights, limit, protected)]

@@ -11,27 +11,22 @@ tests/benchmarks/results/store_memory.json, service_load.json and scale.json).
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
 from collections import defaultdict
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from corpusgraph.query.access import VisibleVectors, select_view
-from corpusgraph.query.columns import CsrMap, Rows
+from corpusgraph.query.columns import CsrMap, Rows, UnitDomains
 from corpusgraph.query.rows import FILL, KEYS, DomainReportRow, filled, report_shown
 from corpusgraph.storage.locations import S3Settings, open_delta
 from corpusgraph.tables import table as table_contract
 from corpusgraph.tables import table_path
 from corpusgraph.text import normalise_name
 
-__all__ = ["IndexStore", "RestrictedStore", "IndexMissingError", "UnitDomains"]
-
-log = logging.getLogger(__name__)
+__all__ = ["IndexStore", "StoreTables", "IndexMissingError"]
 
 # Document columns needed for citations; the text column is the bulk of the table and the
 # query side never shows whole documents, so it is not read.
@@ -40,18 +35,6 @@ _REQUIRED = ("documents", "text_units", "entities", "relationships", "communitie
 # Claims extraction is optional in the pipeline; without the table local search has no claims.
 _OPTIONAL = ("claims", "community_domain_reports")
 _VECTOR_KINDS = ("text_unit", "entity")
-# A restricted view's tables: (attribute, table name).
-_VIEW_TABLES = (("docs", "documents"), ("units", "text_units"), ("entities", "entities"),
-                ("relationships", "relationships"), ("claims", "claims"), ("communities", "communities"),
-                ("reports", "community_reports"))
-# Restricted views kept per store (one per distinct domain set asked for); the oldest is dropped
-# beyond this, so callers inventing domain sets cannot grow memory without bound.
-_MAX_VIEWS = 64
-# Views are built rarely (once per domain set); one lock for all stores keeps it simple, and a
-# store assembled without __init__ (a benchmark's synthetic one) can still make views.
-_VIEWS_LOCK = threading.Lock()
-# Ranking structures are built once per store, rarely; one lock for all stores, as for views.
-_RETRIEVER_LOCK = threading.Lock()
 # Entity names are matched as word n-grams of the question; longer names are rare and this
 # bounds the work per question regardless of how many entities there are.
 _MAX_NAME_WORDS = 8
@@ -90,35 +73,82 @@ def _shown(table):
     return table.filter(pc.and_(pc.greater(summary, 0), pc.equal(error, 0)))
 
 
-class UnitDomains(Mapping):
-    """unit id -> its document's access domain, for every unit (those of deleted documents too).
+@dataclass
+class StoreTables:
+    """What a store is made of: its tables as `Rows` (docs without deleted documents, units
+    without theirs), each unit's access domain (deleted documents' units too), the per-domain
+    reports, and, for a restricted view (access.restrict), its domains, the whole index it was cut
+    from, the communities it sees only in part, and where its vectors come from."""
 
-    The units the store shows answer through their position in `units` (a domain code each);
-    the few of deleted documents are kept apart."""
+    docs: Rows
+    units: Rows
+    unit_domain: Mapping[str, str | None]
+    entities: Rows
+    relationships: Rows
+    claims: Rows
+    communities: Rows
+    reports: Rows
+    domain_reports: dict[tuple[str, str], DomainReportRow] = field(default_factory=dict)  # (community, domain)
+    domains: frozenset[str] | None = None  # None: the whole index
+    base: IndexStore | None = None  # the whole index a view was cut from
+    partial_communities: frozenset[str] = frozenset()  # communities a view shows one domain's report of
+    vectors: Callable[[str], Any] | None = None  # kind -> vector index; None: the FAISS files in index_dir
 
-    def __init__(self, units: Rows, codes: np.ndarray, names: list, hidden: dict[str, str | None]):
-        self._units, self._codes, self._names, self._hidden = units, codes, names, hidden
+    @classmethod
+    def read(cls, warehouse: str, s3: S3Settings | None = None) -> StoreTables:
+        """The query tables of a warehouse (delta-rs, no JVM)."""
+        def optional(name: str):
+            try:
+                return _read_table(warehouse, name, None, s3)
+            except IndexMissingError:
+                return None
 
-    def __getitem__(self, unit_id: str) -> str | None:
-        i = self._units.position(unit_id)
-        if i is None:
-            return self._hidden[unit_id]
-        code = int(self._codes[i])
-        return None if code < 0 else self._names[code]
+        tables = {"documents": _read_table(warehouse, "documents", _DOC_COLUMNS, s3),
+                  **{name: _read_table(warehouse, name, None, s3)
+                     for name in ("text_units", "entities", "relationships", "communities", "community_reports")},
+                  "claims": optional("claims") or table_contract("claims").schema.empty_table()}
+        # Per-domain reports of communities that mix domains (reports.per_domain); only
+        # restricted views show them (access.py). An index built before them has none.
+        domain_reports = optional("community_domain_reports")
+        return cls.from_arrow(tables, domain_reports.to_pylist() if domain_reports is not None else [])
 
-    def __contains__(self, unit_id: object) -> bool:
-        return unit_id in self._units or unit_id in self._hidden
+    @classmethod
+    def from_arrow(cls, tables: dict, domain_reports: list[dict]) -> StoreTables:
+        """From the Arrow tables (documents with _DOC_COLUMNS) and the per-domain report rows."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-    def __iter__(self):
-        yield from self._units.ids
-        yield from self._hidden
-
-    def __len__(self) -> int:
-        return len(self._units) + len(self._hidden)
+        docs = tables.pop("documents")
+        # A document marked deleted must not be cited, nor its units shown.
+        deleted = pc.fill_null(docs.column("deleted"), False)
+        shown_docs = _rows("documents", docs.filter(pc.invert(deleted)))
+        units = tables.pop("text_units")
+        # Deleted documents' units too: an entity merged from one still carries its text, so an
+        # access check must know that unit's domain. A unit of no known document has none.
+        unit_docs = units.column("doc_id").combine_chunks()
+        deleted_ids = docs.column("doc_id").filter(deleted).combine_chunks()
+        hidden_mask = np.asarray(pc.is_in(unit_docs, value_set=deleted_ids).to_numpy(zero_copy_only=False), dtype=bool) \
+            if len(deleted_ids) else np.zeros(units.num_rows, dtype=bool)
+        of_doc = pc.index_in(unit_docs, value_set=docs.column("doc_id").combine_chunks())
+        domain = pc.dictionary_encode(docs.column("access_domain").combine_chunks().take(of_doc))
+        codes = np.asarray(pc.fill_null(domain.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int32)
+        names = domain.dictionary.to_pylist()
+        hidden_ids = units.column("unit_id").filter(pa.array(hidden_mask)).to_pylist()
+        kept = _rows("text_units", units.filter(pa.array(~hidden_mask)))
+        unit_domain = UnitDomains(
+            kept, codes[~hidden_mask], names,
+            {u: (None if c < 0 else names[c]) for u, c in zip(hidden_ids, codes[hidden_mask].tolist())})
+        del units, domain
+        return cls(
+            docs=shown_docs, units=kept, unit_domain=unit_domain,
+            **{name: _rows(name, tables.pop(name)) for name in ("entities", "relationships", "claims", "communities")},
+            reports=_rows("community_reports", _shown(tables.pop("community_reports"))),
+            domain_reports={(r["community_id"], r["domain"]): r
+                            for r in filled("community_domain_reports", domain_reports) if report_shown(r)})
 
 
 class IndexStore:
-    """Loads the query tables and vector indexes once and keeps id lookups over them.
+    """The loaded query tables and vector indexes, with id lookups over them: data, nothing more.
 
     Tables are `Rows` (columns.py): Arrow columns read as mappings of id -> row dict, typed per
     table (rows.py): `docs`, `units`, `entities`, `relationships`, `claims`, `communities`,
@@ -129,23 +159,28 @@ class IndexStore:
     entity of the store). `unit_domain` maps every unit, those of deleted documents too, to its
     document's access domain.
 
-    `domains` is None: this store is the whole index. `restricted(domains)` gives the part built
-    only from documents in those domains (access.py), an IndexStore of its own.
+    `domains` is None: this store is the whole index; else it is a restricted view
+    (access.restrict), an IndexStore like any other. What is derived from a store (the ranking
+    structures, the views of each domain set) is owned by query/loaded.py's LoadedIndex.
 
     warehouse and index_dir are folders or URIs (corpusgraph.storage.locations); `s3` says how to reach
-    those on S3 (None: the environment's settings, or a store not on S3).
+    those on S3 (None: the environment's settings, or a store not on S3). `tables` given: the store
+    is made of them (from_rows, access.restrict) instead of the warehouse's.
     """
 
-    domains: frozenset[str] | None = None
-    s3: S3Settings | None = None
-    domain_reports: dict[tuple[str, str], DomainReportRow] = {}  # (community id, domain) -> report row
-
-    def __init__(self, warehouse: str, index_dir: str, *, load_vectors: bool = True, s3: S3Settings | None = None):
+    def __init__(self, warehouse: str = "", index_dir: str = "", *, load_vectors: bool = True,
+                 s3: S3Settings | None = None, tables: StoreTables | None = None):
         self.warehouse = warehouse
         self.index_dir = index_dir
         self.s3 = s3
-        self._load_tables()
+        made = tables if tables is not None else StoreTables.read(warehouse, s3)
+        self.docs, self.units, self.unit_domain = made.docs, made.units, made.unit_domain
+        self.entities, self.relationships, self.claims = made.entities, made.relationships, made.claims
+        self.communities, self.reports, self.domain_reports = made.communities, made.reports, made.domain_reports
+        self.domains, self.base, self.partial_communities = made.domains, made.base, made.partial_communities
+        self._vector_source = made.vectors
         self._vectors: dict[str, Any] = {}
+        self._build_lookups()
         if load_vectors:
             for kind in _VECTOR_KINDS:
                 self.vectors(kind)
@@ -163,70 +198,12 @@ class IndexStore:
             rows = [{key: k, **r} for k, r in given.items()] if isinstance(given, Mapping) else list(given)
             return pa.Table.from_pylist(rows, schema=table_contract(name).schema)
 
-        store = cls.__new__(cls)
-        store.warehouse, store.index_dir, store.s3, store._vectors = warehouse, index_dir, None, {}
-        doc_table = table("documents", docs)
-        store._tables({"documents": doc_table.select(_DOC_COLUMNS), "text_units": table("text_units", units),
-                       "entities": table("entities", entities), "relationships": table("relationships", relationships),
-                       "claims": table("claims", claims), "communities": table("communities", communities),
-                       "community_reports": table("community_reports", reports)}, [])
-        return store
-
-    # -- loading ---------------------------------------------------------------------------
-
-    def _read(self, name: str, columns: list[str] | None = None):
-        return _read_table(self.warehouse, name, columns, self.s3)
-
-    def _load_tables(self) -> None:
-        def optional(name: str):
-            try:
-                return self._read(name)
-            except IndexMissingError:
-                return None
-
-        tables = {"documents": self._read("documents", _DOC_COLUMNS), "text_units": self._read("text_units"),
-                  "entities": self._read("entities"), "relationships": self._read("relationships"),
-                  "claims": optional("claims") or table_contract("claims").schema.empty_table(),
-                  "communities": self._read("communities"), "community_reports": self._read("community_reports")}
-        # Per-domain reports of communities that mix domains (reports.per_domain); only
-        # restricted views show them (access.py). An index built before them has none.
-        domain_reports = optional("community_domain_reports")
-        self._tables(tables, domain_reports.to_pylist() if domain_reports is not None else [])
-
-    def _tables(self, tables: dict, domain_reports: list[dict]) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        docs = tables.pop("documents")
-        # A document marked deleted must not be cited, nor its units shown.
-        deleted = pc.fill_null(docs.column("deleted"), False)
-        self.docs = _rows("documents", docs.filter(pc.invert(deleted)))
-        units = tables.pop("text_units")
-        # Deleted documents' units too: an entity merged from one still carries its text, so an
-        # access check must know that unit's domain. A unit of no known document has none.
-        unit_docs = units.column("doc_id").combine_chunks()
-        deleted_ids = docs.column("doc_id").filter(deleted).combine_chunks()
-        hidden_mask = np.asarray(pc.is_in(unit_docs, value_set=deleted_ids).to_numpy(zero_copy_only=False), dtype=bool) \
-            if len(deleted_ids) else np.zeros(units.num_rows, dtype=bool)
-        of_doc = pc.index_in(unit_docs, value_set=docs.column("doc_id").combine_chunks())
-        domain = pc.dictionary_encode(docs.column("access_domain").combine_chunks().take(of_doc))
-        codes = np.asarray(pc.fill_null(domain.indices, -1).to_numpy(zero_copy_only=False), dtype=np.int32)
-        names = domain.dictionary.to_pylist()
-        hidden_ids = units.column("unit_id").filter(pa.array(hidden_mask)).to_pylist()
-        self.units = _rows("text_units", units.filter(pa.array(~hidden_mask)))
-        self.unit_domain: Mapping[str, str | None] = UnitDomains(
-            self.units, codes[~hidden_mask], names,
-            {u: (None if c < 0 else names[c]) for u, c in zip(hidden_ids, codes[hidden_mask].tolist())})
-        del units, domain
-        for attr, name in (("entities", "entities"), ("relationships", "relationships"), ("claims", "claims"),
-                           ("communities", "communities")):
-            setattr(self, attr, _rows(name, tables.pop(name)))
-        self.reports = _rows("community_reports", _shown(tables.pop("community_reports")))
-        self.domain_reports: dict[tuple[str, str], DomainReportRow] = {
-            (r["community_id"], r["domain"]): r for r in filled("community_domain_reports", domain_reports)
-            if report_shown(r)
-        }
-        self._build_lookups()
+        tables = StoreTables.from_arrow(
+            {"documents": table("documents", docs).select(_DOC_COLUMNS), "text_units": table("text_units", units),
+             "entities": table("entities", entities), "relationships": table("relationships", relationships),
+             "claims": table("claims", claims), "communities": table("communities", communities),
+             "community_reports": table("community_reports", reports)}, [])
+        return cls(warehouse, index_dir, load_vectors=False, tables=tables)
 
     def _build_lookups(self) -> None:
         ents, rels = self.entities, self.relationships
@@ -274,8 +251,13 @@ class IndexStore:
         self.names = dict(names)
 
     def vectors(self, kind: str):
-        """The FAISS index of one kind ("text_unit", "entity", "community_report"), loaded once."""
+        """The vector index of one kind ("text_unit", "entity", "community_report"), loaded once:
+        the FAISS files under index_dir, or what the store's tables name as its vectors (a view's
+        filtered ones)."""
         if kind not in self._vectors:
+            if self._vector_source is not None:
+                self._vectors[kind] = self._vector_source(kind)
+                return self._vectors[kind]
             from corpusgraph.storage.vectors import VectorIndex
 
             try:
@@ -285,23 +267,6 @@ class IndexStore:
                     f"vector index {kind!r} not found under {self.index_dir}; run `corpusgraph index` first ({exc})"
                 ) from exc
         return self._vectors[kind]
-
-    def retriever(self):
-        """This store's `GraphRetriever` (query/retrieval.py), built on first use and kept with it.
-
-        Built once under a lock: the service asks from many threads at once, and unguarded, every
-        concurrent first question built its own copy, each slowed by the others under the GIL, until
-        all of them were past their timeout (tests/benchmarks/test_service_scale.py found it). The
-        service builds it before it says ready (serving/engine.py)."""
-        built = self.__dict__.get("_retriever")
-        if built is None:
-            with _RETRIEVER_LOCK:
-                built = self.__dict__.get("_retriever")
-                if built is None:
-                    from corpusgraph.query.retrieval import GraphRetriever
-
-                    built = self.__dict__["_retriever"] = GraphRetriever(self)
-        return built
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -368,73 +333,9 @@ class IndexStore:
     def report_levels(self) -> list[int]:
         return sorted(self.reports_by_level)
 
-    def restricted(self, domains: Iterable[str] | None) -> IndexStore:
-        """The part of this index built only from documents in `domains` (access.py); None: all.
-
-        Built on first use and kept, one per domain set, so each set pays the pass over the
-        tables once. A view of a view narrows to the domains both allow.
-        """
-        if domains is None:
-            return self
-        key = frozenset(domains)
-        with _VIEWS_LOCK:  # one build per set even when several requests ask at once
-            views: dict[frozenset[str], IndexStore] = self.__dict__.setdefault("_views", {})
-            view = views.get(key)
-            if view is None:
-                view = RestrictedStore(self, key)
-                if len(views) >= _MAX_VIEWS:
-                    views.pop(next(iter(views)))
-                views[key] = view
-        return view
-
     def __repr__(self) -> str:
-        return (
-            f"IndexStore({self.warehouse!r}: {len(self.docs)} docs, {len(self.units)} units, "
-            f"{len(self.entities)} entities, {len(self.relationships)} relationships, "
-            f"{len(self.reports)} reports)"
-        )
-
-
-class RestrictedStore(IndexStore):
-    """The rows of `base` that only `domains` contributed to (access.py's rules); built by
-    `IndexStore.restricted`."""
-
-    def __init__(self, base: IndexStore, domains: frozenset[str]):  # no super().__init__: it reads tables
-        self.base = base
-        self.domains = domains
-        self.warehouse = base.warehouse
-        self.index_dir = base.index_dir
-        self.s3 = base.s3
-        self._vectors = {}
-        select_view(self, base, domains)
-        # select_view leaves each table as a dict of the rows the view shows; kept as Rows typed
-        # like the base's, so the view's lookups and column paths are the store's own.
-        for attr, name in _VIEW_TABLES:
-            rows = getattr(self, attr)
-            setattr(self, attr, Rows.from_rows(list(rows.values()), KEYS[name], getattr(base, attr).table.schema,
-                                               FILL.get(name)))
-        self._build_lookups()
-
-    def vectors(self, kind: str):
-        if kind not in self._vectors:
-            visible = {
-                "text_unit": self.units,
-                "entity": self.entities,
-                "relationship": self.relationships,
-                "claim": self.claims,
-                "community": self.communities,
-                "community_report": self.reports,
-                "document": self.docs,
-            }.get(kind)
-            if visible is None:  # a kind without an access rule: show none of it
-                log.warning("vector kind %r has no access rule; a restricted view returns no hits", kind)
-                visible = {}
-            self._vectors[kind] = VisibleVectors(self.base.vectors(kind), visible)
-        return self._vectors[kind]
-
-    def restricted(self, domains: Iterable[str] | None) -> IndexStore:
-        # Narrow from the full store, so the cache holds one view per set however it was reached.
-        return self if domains is None else self.base.restricted(self.domains & frozenset(domains))
-
-    def __repr__(self) -> str:
-        return f"RestrictedStore({sorted(self.domains)}: " + super().__repr__().split(": ", 1)[1]
+        what = (f"{len(self.docs)} docs, {len(self.units)} units, {len(self.entities)} entities, "
+                f"{len(self.relationships)} relationships, {len(self.reports)} reports")
+        if self.domains is not None:
+            return f"IndexStore(view of {sorted(self.domains)}: {what})"
+        return f"IndexStore({self.warehouse!r}: {what})"

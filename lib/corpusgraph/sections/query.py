@@ -5,11 +5,13 @@ Each default is stated here once; the query code reads these sections as they ar
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field
+from typing import Literal
+
+from pydantic import ConfigDict, Field, SecretStr
 
 from corpusgraph.sections.base import Section
 
-__all__ = ["RetrievalSection", "GlobalSection", "DriftSection", "QuerySection", "MOVED_QUERY_KEYS"]
+__all__ = ["RetrievalSection", "RerankSection", "GlobalSection", "DriftSection", "QuerySection", "MOVED_QUERY_KEYS"]
 
 # Recall of each ranking step and of its ablation on the dev sets.
 _RESULTS = "tests/benchmarks/results/retrieval.json"
@@ -69,13 +71,41 @@ class RetrievalSection(Section):
                                "(query/adaptive.py).")
     seed_support_scale: float = Field(1.25, gt=0, description="A seed's support is min(1, this x the mean passage "
                                       "score over the passages it occurs in).")
-    keep_dense: int = Field(5, ge=0, le=50, description="The dense guarantee: this many best passages by the "
-                            "passage score (dense + BM25) keep their places against the walk unless the walk's "
-                            "choice has more evidence by the margin (0: off).")
-    keep_dense_margin: float = Field(2.0, ge=0, description="The dense guarantee's margin: a walk choice pushes a "
-                                     "protected passage down only with at least (1 + this x (1 - trust)) times its "
-                                     "walk score; trust is the seeds' mean support (0 for hubs, 1 for well "
-                                     "supported entities).")
+    keep_dense: int = Field(5, ge=0, le=50, description="The guarantee: this many first passages of basic "
+                            "search's ranking (query.basic) keep their places in local search's ranking unless "
+                            "the graph's choice has more evidence by the margin (0: off).")
+    keep_first: bool = Field(True, description="The first place of local search's ranking is basic search's first "
+                             "passage whatever the graph says: the passage the question's own words match best; the "
+                             "graph's evidence (the next hop, what the question does not say) competes for the places "
+                             "after it.")
+    keep_dense_margin: float | None = Field(None, ge=0, description="The guarantee's margin: a graph choice pushes "
+                                            "a protected passage down only with at least (1 + this x (1 - trust)) "
+                                            "times its walk score; trust is the seeds' mean support (0 for hubs, 1 "
+                                            "for well supported entities). Empty: damping / (1 - damping), the most "
+                                            "a passage's own neighbourhood can change its walk score by "
+                                            "(query/adaptive.py).")
+
+
+class RerankSection(Section):
+    """Basic search's optional reranker (query/rerank.py): the first `candidates` passages of the
+    hybrid ranking are scored again against the question and reordered."""
+
+    backend: Literal["none", "tei", "vllm_score", "cohere", "chat"] = Field(
+        "none", description="none: no reranker. tei: a text-embeddings-inference server's POST /rerank. "
+        "vllm_score: vLLM's POST /score (a cross-encoder served by `vllm serve --task score`). cohere: the "
+        "Cohere-style POST <api_base>/rerank that Cohere, Jina, vLLM (/v1/rerank) and Infinity serve. chat: the "
+        "configured chat model (llm) ranks the passages listwise in one call.")
+    api_base: str | None = Field(None, description="tei, vllm_score, cohere: the server's base URL (for cohere "
+                                 "and vLLM's rerank, ending in /v1 or /v2 as the provider documents it).")
+    model: str | None = Field(None, description="vllm_score, cohere: the `model` sent (tei serves one model).")
+    api_key: SecretStr | None = Field(None, description="Bearer key; write ${VAR} here, never a literal.")
+    candidates: int = Field(20, ge=2, le=200, description="Passages of the hybrid ranking sent to the reranker; "
+                            "the rest keep their hybrid order after them.")
+    max_chars: int = Field(2000, ge=100, description="Each passage is cut to this many characters before it is "
+                           "sent (cross-encoders read 512 tokens at most; the chat reranker's prompt must fit "
+                           "llm.n_ctx).")
+    timeout_s: float = Field(30.0, gt=0, description="Per-request timeout; a failed or late rerank leaves the "
+                             "hybrid order and says so in the answer's coverage.")
 
 
 class GlobalSection(Section):
@@ -118,6 +148,11 @@ class QuerySection(Section):
     top_k_units: int = Field(5, ge=1, le=50, description="Text units retrieved by basic search (local search "
                              "ranks twice as many for its budget).")
     top_k_entities: int = Field(5, ge=1, le=50, description="Seed entities for local search.")
+    basic: Literal["dense", "hybrid"] = Field("hybrid", description="Basic search's ranking, and the one local "
+                                              "search guarantees its top places against: dense (the text-unit "
+                                              "vectors alone) or hybrid (dense and BM25 fused by reciprocal rank, "
+                                              "then the reranker where one is configured).")
+    rerank: RerankSection = Field(default_factory=RerankSection, description="Basic search's optional reranker.")
     max_context_tokens: int = Field(1800, ge=200, description="Context budget for an answer.")
     max_tokens: int = Field(300, ge=16, description="Answer token limit.")
     retrieval: RetrievalSection = Field(default_factory=RetrievalSection, description="Local search's unit ranking.")

@@ -175,7 +175,11 @@ class EmbeddingSection(Section):
                                  "each request goes to the least loaded one (the chat side's endpoint pool).")
     api_key: SecretStr | None = Field(None, description="openai: bearer key; write ${VAR} here, never a literal.")
     batch_size: int = Field(32, ge=1, description="Texts per forward pass (bundled) or per HTTP request (openai).")
-    max_tokens: int = Field(256, ge=8, description="bundled: word pieces kept per text.")
+    max_tokens: int = Field(256, ge=8, description="bundled: word pieces the model reads at once (its window).")
+    windows: bool = Field(True, description="bundled: a text longer than max_tokens word pieces is read in windows "
+                          "of max_tokens and its vector is their mean (llm/minilm.py), so a unit longer than the window "
+                          "(600 tokens in conf/local.yaml) is read whole; false: cut at max_tokens. Text units are "
+                          "embedded again when this changes.")
     runtime: Literal["onnxruntime", "numpy"] = Field(
         "onnxruntime", description="bundled: onnxruntime runs a graph built from the shipped weights; numpy is the "
         "exact reference forward pass, several times slower (tests/benchmarks/results/embedded.json).")

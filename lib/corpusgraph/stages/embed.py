@@ -7,7 +7,10 @@ title is meant, so the title carries the subject that the text leaves implicit. 
 
 Each item's text is hashed (the text as embedded, title included); only items whose (kind, id,
 model, text hash) has no vector yet are sent to the embedder, so re-runs and updates embed only
-what changed, and a unit whose title or text changed is embedded again.
+what changed, and a unit whose title or text changed is embedded again. A text unit's hash also
+covers how the embedder reads a long text (`unit_recipe`: "windows" where the bundled model reads
+it in windows, empty where it cuts it), so switching embeddings.windows embeds the units again;
+entity and report texts are short and keep their hashes.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ def unit_texts(text_units, documents=None):
     )
 
 
-def embedding_items(text_units, entities, reports, documents=None):
+def embedding_items(text_units, entities, reports, documents=None, unit_recipe: str = ""):
     """(kind, id, text, text_hash) for everything that gets a vector; `documents` (the documents
-    table) supplies the titles that text units are embedded with (see unit_texts)."""
+    table) supplies the titles that text units are embedded with (see unit_texts); `unit_recipe`
+    goes into the text units' hashes (module docstring)."""
     from pyspark.sql import functions as F
 
     units = unit_texts(text_units, documents).select(
@@ -58,7 +62,10 @@ def embedding_items(text_units, entities, reports, documents=None):
         F.concat_ws("\n", "title", "summary", F.concat_ws("\n", F.col("findings.summary"))).alias("text"),
     )
     items = units.unionByName(ents).unionByName(reps)
-    return items.withColumn("text_hash", F.substring(F.sha2("text", 256), 1, 32))
+    hashed = F.col("text")
+    if unit_recipe:
+        hashed = F.when(F.col("kind") == "text_unit", F.concat(F.col("text"), F.lit("\x1f" + unit_recipe))).otherwise(hashed)
+    return items.withColumn("text_hash", F.substring(F.sha2(hashed, 256), 1, 32))
 
 
 def pending_items(items, embeddings, model: str):

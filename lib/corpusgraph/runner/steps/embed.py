@@ -124,8 +124,10 @@ def embed(st: StageContext, *, embeddings: EmbeddingSection, ray: RaySection, st
     from corpusgraph.storage.ann import IndexParams
 
     sec, read = embeddings, st.tables.read
+    # How the embedder reads a long unit is part of its vector, so of its hash (stages/embed.py).
+    recipe = f"windows{sec.max_tokens}" if sec.backend == "bundled" and sec.windows else ""
     items = embed_stage.embedding_items(read("text_units"), read("entities"), read("community_reports"),
-                                        read("documents"))
+                                        read("documents"), unit_recipe=recipe)
     pending = embed_stage.pending_items(items, read("embeddings"), sec.model)
     n, result = _embed_pending(st, pending, sec, ray)
     # Drop vectors of things that no longer exist, then rebuild the FAISS files from the table.
