@@ -10,7 +10,7 @@ STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 CONF ?= conf/local.yaml
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars browser test test-unit test-fuzz test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-scale bench-graphrag-venv clean
+.PHONY: setup jars browser test test-unit test-fuzz test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-embedded bench-scale bench-graphrag-venv clean
 # One line per step; pip and Maven run quietly (their warnings and errors still show).
 PIP := PIP_ROOT_USER_ACTION=ignore $(BIN)/pip --disable-pip-version-check
 setup: $(STAMP) jars/.complete
@@ -97,6 +97,13 @@ bench: setup
 # tests/benchmarks/results/llm_capacity.json.
 bench-llm: setup
 	$(PYTEST) tests/benchmarks/test_llm_capacity.py -m slow -s
+
+# The embedded default (issue 45): the bundled embedder on each runtime side by side over the dev
+# corpora, the README's first command on the sample, and lihua and musique100 built with the fast
+# method, each stage's seconds; writes tests/benchmarks/results/embedded.json. Run it alone: it
+# times. CORPUSGRAPH_BENCH_EMBEDDED_PREVIOUS=1 runs the sample with the settings before issue 45.
+bench-embedded: setup
+	$(PYTEST) tests/benchmarks/test_embedded.py -m slow -s --timeout 7200
 
 # The whole index on a synthetic corpus with the scripted scale server (issue 13); writes
 # tests/benchmarks/results/scale.json. CORPUSGRAPH_BENCH_SCALE_SIZES=10000,100000 for more sizes.

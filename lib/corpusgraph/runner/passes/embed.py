@@ -82,7 +82,8 @@ def run_embed_task(in_path: str, out_path: str, *, ray_section: RaySection, embe
     """Rows (kind, id, text, text_hash) at in_path -> embeddings rows (plus EMBED_META) at out_path, on Ray.
     Either may be a URI (s3: how to reach an S3 store); cache_dir is each node's local cache.
 
-    bundled: one actor computing in numpy. openai: `ray.actors` actors, each keeping
+    bundled: one actor computing on the CPU (ONNX Runtime, or the numpy reference). openai:
+    `ray.actors` actors, each keeping
     `embedding.concurrency` requests in flight over overlapping batches.
     """
     import ray
