@@ -159,6 +159,13 @@ class ScriptedChat:
             out.append(ChatResult(id=r.id, text=text, tokens_in=100, tokens_out=10))
         return out
 
+    def stream(self, request, on_delta):
+        """The answer `complete` gives, handed on a few words at a time, as a model streams it."""
+        result = self.complete([request])[0]
+        for piece in re.findall(r"\S+\s*", result.text or ""):
+            on_delta(piece)
+        return result
+
 
 def _write(warehouse: Path, name: str, rows: list[dict]) -> None:
     from deltalake import write_deltalake

@@ -154,6 +154,11 @@ class QuerySection(Section):
                                               "then the reranker where one is configured).")
     rerank: RerankSection = Field(default_factory=RerankSection, description="Basic search's optional reranker.")
     max_context_tokens: int = Field(1800, ge=200, description="Context budget for an answer.")
+    prompt_condense: str = Field("prompts/condense_question.txt", description="Prompt that rewrites a follow-up "
+                                 "question and the conversation before it into one question that stands alone "
+                                 "(query/conversation.py), relative to the config file.")
+    history_tokens: int = Field(1000, ge=50, description="Conversation turns shown to that rewrite, newest first, "
+                                "within this many tokens.")
     max_tokens: int = Field(300, ge=16, description="Answer token limit.")
     retrieval: RetrievalSection = Field(default_factory=RetrievalSection, description="Local search's unit ranking.")
     global_: GlobalSection = Field(default_factory=GlobalSection, alias="global", description="Global search.")
