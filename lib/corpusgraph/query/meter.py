@@ -27,6 +27,10 @@ from corpusgraph.query.tracing import recorder
 
 __all__ = ["MeteredChat"]
 
+# A follow-up's rewrite comes before the `start` event (which says what it was rewritten to), so it
+# is not told as progress.
+_UNTOLD = {"rewrite"}
+
 
 class MeteredChat:
     """Passes requests through and keeps every result."""
@@ -74,7 +78,8 @@ class MeteredChat:
             self._record(requests[i], result)
             stage = stage_of(requests[i].id)
             done[stage] += 1
-            emit("progress", {"stage": stage, "done": done[stage], "total": totals[stage]})
+            if stage not in _UNTOLD:
+                emit("progress", {"stage": stage, "done": done[stage], "total": totals[stage]})
 
         async def batch() -> list[ChatResult]:
             return await race_cancel(self._chat.acomplete(requests, each=each), token)
@@ -109,4 +114,5 @@ def _progress(requests: Sequence[ChatRequest], results: Sequence[ChatResult]) ->
     """A batch answered whole: one progress event per stage, at its end."""
     totals = Counter(stage_of(r.id) for r in requests)
     for stage, total in totals.items():
-        emit("progress", {"stage": stage, "done": total, "total": total})
+        if stage not in _UNTOLD:
+            emit("progress", {"stage": stage, "done": total, "total": total})
