@@ -18,8 +18,8 @@ A tool call with no caller fails closed. Every tool reads the caller's view of t
 the view lacks fails with the HTTP route's 404 detail, word for word.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: MCP reads the tools' annotations at run time, and they
+# name types local to build_mcp (bounded by the serve section).
 import asyncio
 import contextvars
 import functools

@@ -160,9 +160,11 @@ class ScriptedChat:
         return out
 
     def stream(self, request, on_delta):
-        """The answer `complete` gives, handed on a few words at a time, as a model streams it."""
+        """The answer `complete` gives, handed on in pieces as a model streams it: a few words at a
+        time (a line at a time for long texts, such as the echo of a whole prompt)."""
         result = self.complete([request])[0]
-        for piece in re.findall(r"\S+\s*", result.text or ""):
+        text = result.text or ""
+        for piece in re.findall(r"[^\n]*\n|[^\n]+$" if len(text) > 200 else r"\S+\s*", text):
             on_delta(piece)
         return result
 
