@@ -16,7 +16,7 @@ import time
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
 from corpusgraph.config import ServeSection
 from corpusgraph.llm.base import deadline

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from corpusgraph.config import QuerySection
-from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult, Embedder
+from corpusgraph.llm.base import ChatModel, ChatResult, Embedder
 from corpusgraph.llm.rerank import open_reranker
 from corpusgraph.prompts import load_prompt
 from corpusgraph.query.answer import Answer
