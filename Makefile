@@ -8,13 +8,15 @@ BIN := $(VENV)/bin
 LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF
 STAMP := $(VENV)/.corpusgraph-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 CONF ?= conf/local.yaml
+# The web page's graph library (Cytoscape.js), fetched at set-up, never committed (make ui-vendor).
+UI_VENDOR := serving/ui/vendor
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars browser test test-unit test-fuzz test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-embedded bench-scale bench-graphrag-venv clean
+.PHONY: setup jars ui-vendor browser test test-unit test-fuzz test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-embedded bench-scale bench-graphrag-venv clean
 # One line per step; pip and Maven run quietly (their warnings and errors still show).
 PIP := PIP_ROOT_USER_ACTION=ignore $(BIN)/pip --disable-pip-version-check
-setup: $(STAMP) jars/.complete
-	@echo "setup: ready ($(VENV), jars/)"
+setup: $(STAMP) jars/.complete $(UI_VENDOR)/.complete
+	@echo "setup: ready ($(VENV), jars/, $(UI_VENDOR)/)"
 
 $(STAMP): pyproject.toml
 	@echo "setup: virtualenv $(VENV)"
@@ -43,6 +45,24 @@ jars/.complete: conf/jars.pom.xml
 	@mvn -q -B -f conf/jars.pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/jars \
 	  -DincludeScope=runtime -DincludeGroupIds=$(JAR_GROUPS) > jars/maven.log 2>&1 || { cat jars/maven.log; exit 1; }
 	@touch $@
+
+# The web page's graph-drawing library (Cytoscape.js, MIT), which the repository does not hold: the
+# pinned tarball from the npm registry, its sha512 checked against the integrity pinned here (as npm's
+# lockfiles pin it), and the one file the page loads copied under serving/ui/ (git-ignored). Its
+# sha256 is pinned too, in serving/ui.py, which the page's test checks. No CDN at run time.
+CYTOSCAPE := cytoscape@3.35.0
+CYTOSCAPE_INTEGRITY := sha512-sMvBIXiGMnhkCaWz2R06FwF/27MNlS+Tqvi17foO9UhnUg3XGZccKjxsvEqQFAQYMSSZmN5SxYzUYlQ0DOJJ3g==
+ui-vendor: $(UI_VENDOR)/.complete
+$(UI_VENDOR)/.complete: Makefile
+	@echo "setup: $(CYTOSCAPE) from the npm registry into $(UI_VENDOR)/"
+	@rm -rf $(UI_VENDOR) && mkdir -p $(UI_VENDOR)/.pack
+	@cd $(UI_VENDOR)/.pack && npm pack --silent $(CYTOSCAPE) > /dev/null
+	@got="sha512-$$(openssl dgst -sha512 -binary $(UI_VENDOR)/.pack/*.tgz | base64 -w0)"; \
+	  if [ "$$got" != "$(CYTOSCAPE_INTEGRITY)" ]; then echo "$(CYTOSCAPE): integrity $$got, expected $(CYTOSCAPE_INTEGRITY)"; \
+	  rm -rf $(UI_VENDOR); exit 1; fi
+	@tar -xzf $(UI_VENDOR)/.pack/*.tgz -C $(UI_VENDOR)/.pack package/dist/cytoscape.min.js package/LICENSE
+	@mv $(UI_VENDOR)/.pack/package/dist/cytoscape.min.js $(UI_VENDOR)/.pack/package/LICENSE $(UI_VENDOR)/
+	@rm -rf $(UI_VENDOR)/.pack && touch $@
 
 index: setup
 	$(BIN)/corpusgraph index --conf $(CONF)

@@ -24,11 +24,13 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from corpusgraph.config import Config, ServeKey, ServeSection
 from corpusgraph.query.engine import MAX_QUESTION_CHARS
+from serving.conversations import Conversations
 from serving.engine import EngineFactory, EngineHolder, default_engine_factory
 from serving.keys import ApiKeys
 from serving.limits import BodyLimit, RateLimiter, internal_error, validation_error
 from serving.metrics import ServiceMetrics
-from serving.routers import admin, graph, health, query
+from serving.routers import admin, context, graph, health, query
+from serving.telemetry import Telemetry
 
 __all__ = ["create_app"]
 
@@ -50,6 +52,10 @@ is hidden whole, report and all, from keys that cannot read every domain in it, 
 for such a key maps over fewer reports. What a key cannot see answers 404 exactly as an id that
 does not exist. `X-Access-Domains: a,b` narrows one request further (403 for a domain the key lacks).
 
+Streaming: `POST /v1/query` with `"stream": true` answers as server-sent events (start, context,
+progress, token, then done or error). Retrieval only: `POST /v1/context`. Follow-up questions:
+`history` or `conversation_id`. The web page is at `/ui/`; MCP, when enabled, at `/mcp/`.
+
 `/healthz`, `/readyz` and `/metrics` need no key and show nothing from the corpus.
 """
 
@@ -69,8 +75,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Loading runs beside the server rather than before it, so probes see 503 while it runs.
     loader = asyncio.create_task(asyncio.to_thread(holder.load, app.state.engine_factory, app.state.config))
     poller = asyncio.create_task(_poll(holder, serve.reload_poll_s, loader)) if serve.reload_poll_s > 0 else None
+    mcp = getattr(app.state, "mcp", None)
     try:
-        yield
+        if mcp is not None:  # the MCP transport's task group lives as long as the app
+            async with mcp.session_manager.run():
+                yield
+        else:
+            yield
     finally:
         if poller is not None:
             poller.cancel()
@@ -80,6 +91,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Questions still queued are dropped; a running one keeps its thread until it returns.
         app.state.executor.shutdown(wait=False, cancel_futures=True)
         await asyncio.to_thread(holder.close)
+        await asyncio.to_thread(app.state.telemetry.shutdown)
 
 
 async def _poll(holder: EngineHolder, every_s: float, loaded: asyncio.Task) -> None:
@@ -105,21 +117,26 @@ def _run_in_progress(warehouse: str) -> str | None:
 
 
 def create_app(config: Config, engine_factory: EngineFactory | None = None, *,
-               extra_keys: Iterable[ServeKey] = ()) -> FastAPI:
+               extra_keys: Iterable[ServeKey] = (), span_exporter=None) -> FastAPI:
     """The service over the index `config` describes, with the limits of its `serve` section.
 
     engine_factory(config) returns a QueryEngine, or a context manager yielding one (released
     at shutdown). It is called once, after start-up; the default opens the index and model the
     config names, starting the embedded model server when `llm.backend` is "embedded".
     extra_keys: API keys besides the serve section's (the `serve` command's --api-key and
-    --api-key-file).
+    --api-key-file). span_exporter: an OpenTelemetry span exporter the traces also go to (tests),
+    besides serve.telemetry's OTLP endpoint.
     """
     serve = config.serve
     if serve.max_question_chars > MAX_QUESTION_CHARS:
         raise ValueError(f"serve.max_question_chars is {serve.max_question_chars}; the query engine takes "
                          f"at most {MAX_QUESTION_CHARS}")
     keys = ApiKeys.for_service(serve, extra_keys)
-    app = FastAPI(title="corpusgraph", version=_version(), description=_DESCRIPTION, lifespan=_lifespan)
+    telemetry = Telemetry(serve.telemetry, span_exporter)
+    app = FastAPI(title="corpusgraph", version=_version(), description=_DESCRIPTION, lifespan=_lifespan,
+                  telemetry=telemetry.fastapi_config())
+    app.state.telemetry = telemetry
+    app.state.conversations = Conversations(serve.conversations)
     app.state.config = config
     app.state.settings = serve
     app.state.keys = keys
@@ -138,8 +155,17 @@ def create_app(config: Config, engine_factory: EngineFactory | None = None, *,
     app.add_exception_handler(Exception, internal_error)
     app.include_router(health.router)
     app.include_router(query.build_router(serve))
+    app.include_router(context.build_router(serve))
     app.include_router(graph.build_router(serve))
     app.include_router(admin.router)
+    if serve.mcp.enabled:
+        from serving.mcp_server import mount_mcp
+
+        mount_mcp(app, serve.mcp.path, serve.mcp.allowed_hosts, serve.mcp.allowed_origins)
+    if serve.ui.enabled:
+        from serving.ui import mount_ui
+
+        mount_ui(app, serve.ui.path)
     if not keys:
         log.warning("no API keys configured: anyone who can reach this service can query it (local use only)")
     return app

@@ -9,7 +9,6 @@ access domains allow (corpusgraph.query.access), so no route can read the full s
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from fastapi import Depends, Header, HTTPException, Request, Response, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
@@ -17,9 +16,8 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from corpusgraph.config import ServeSection
 from corpusgraph.query.engine import QueryEngine
 from corpusgraph.query.store import IndexStore
+from serving.auth import AuthError, Caller, authenticate
 from serving.engine import EngineHolder, Loaded
-from serving.keys import ApiKeys, key_domains
-from serving.limits import RateLimiter
 
 __all__ = ["Caller", "get_settings", "get_holder", "get_loaded", "get_engine", "get_index_version", "require_api_key",
            "get_view"]
@@ -28,14 +26,6 @@ __all__ = ["Caller", "get_settings", "get_holder", "get_loaded", "get_engine", "
 # has keys the 401 below names both ways to send one.
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <key>`, when the service has keys.")
 _api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="`X-API-Key: <key>`, the same keys.")
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who is asking: the key's name (for logs) and the domains it may read (None: all)."""
-
-    name: str
-    domains: frozenset[str] | None
 
 
 def get_settings(request: Request) -> ServeSection:
@@ -77,36 +67,11 @@ def require_api_key(
         description="Comma-separated domains to narrow this request to; each must be one the key may read (else 403).",
     ),
 ) -> Caller:
-    accepted: ApiKeys = request.app.state.keys
-    if not accepted:
-        caller = Caller("anonymous", None)  # no keys configured: local use only (see ApiKeys)
-    else:
-        offered = [k for k in (bearer.credentials if bearer else None, header_key) if k]
-        keys = [k for k in (accepted.find(o) for o in offered) if k is not None]
-        if not keys:
-            why = "wrong API key" if offered else "missing API key"
-            raise HTTPException(
-                401,
-                detail=f"{why}: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        if len({k.name for k in keys}) > 1:
-            raise HTTPException(401, detail="two different API keys sent; send one",
-                                 headers={"WWW-Authenticate": "Bearer"})
-        caller = Caller(keys[0].name, key_domains(keys[0]))
-    wait = request.app.state.limiter.take(caller.name)
-    if wait > 0:
-        raise HTTPException(429, detail="rate limit of this API key reached (the service's rate_limit_per_s); "
-                            "retry after the Retry-After seconds", headers={"Retry-After": RateLimiter.retry_after(wait)})
-    if narrow is None:
-        return caller
-    wanted = frozenset(d.strip() for d in narrow.split(",") if d.strip())
-    if not wanted:
-        raise HTTPException(422, detail="X-Access-Domains names no domain; leave the header out to use all the key's")
-    refused = sorted(wanted - caller.domains) if caller.domains is not None else []
-    if refused:
-        raise HTTPException(403, detail=f"this API key may not read domain(s) {', '.join(refused)} (X-Access-Domains)")
-    return Caller(caller.name, wanted)
+    try:
+        return authenticate(request.app.state.keys, request.app.state.limiter,
+                            [bearer.credentials if bearer else None, header_key], narrow)
+    except AuthError as exc:
+        raise HTTPException(exc.status, detail=exc.detail, headers=exc.headers or None) from None
 
 
 async def get_view(

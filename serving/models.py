@@ -17,7 +17,8 @@ from pydantic import BaseModel, Field, create_model
 from corpusgraph.tables import table
 
 __all__ = ["row_model", "EntityOut", "RelationshipOut", "NeighbourOut", "ClaimOut", "CommunityRef", "UnitOut",
-           "DocumentOut", "EntityDetail", "Finding", "ReportOut", "CommunityDetail", "CommunityPage"]
+           "DocumentOut", "EntityDetail", "Finding", "ReportOut", "CommunityDetail", "CommunityPage", "EntityHit",
+           "EntityHits", "UnitDetail"]
 
 
 def _python_type(t: pa.DataType, name: str) -> Any:
@@ -117,4 +118,25 @@ class CommunityPage(BaseModel):
     levels: list[int] = Field(description="Levels with at least one community this caller can see.")
     total: int = Field(description="Communities matching the filter, before offset and limit.")
     communities: list[CommunityRef]  # type: ignore[valid-type]
+    index_version: str | None = Field(None, description=_VERSION)
+
+
+EntityHit = row_model(
+    "EntityHit", "entities", ["entity_id", "title", "type", "description"],
+    degree=(int, Field(0, description="Relationships this caller can see.")),
+    matched=(str, Field(description="The name that matched, normalised: the title or an alias.")),
+    how=(str, Field(description="exact (the whole name), prefix (the name starts with the text) or words (each "
+                    "word typed starts a word of the name).")))
+
+
+class EntityHits(BaseModel):
+    q: str = Field(description="The text searched for, as sent.")
+    entities: list[EntityHit] = Field(description="Best first: exact, then prefix, then word matches; within "  # type: ignore[valid-type]
+                                      "each, the best connected first.")
+    index_version: str | None = Field(None, description=_VERSION)
+
+
+class UnitDetail(BaseModel):
+    unit: UnitOut  # type: ignore[valid-type]
+    document: DocumentOut | None = Field(description="The unit's document; null when its row is missing.")  # type: ignore[valid-type]
     index_version: str | None = Field(None, description=_VERSION)

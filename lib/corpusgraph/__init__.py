@@ -60,6 +60,9 @@ _WHERE = {
     "format_answer": "corpusgraph.query.answer",
     "normalise_name": "corpusgraph.text",
     "create_app": "serving.app",
+    # retrievers for other frameworks (the `retrievers` extra)
+    "LangChainRetriever": "corpusgraph.integrations.langchain",
+    "LlamaIndexRetriever": "corpusgraph.integrations.llamaindex",
     # the command line
     "main": "corpusgraph.cli.main",
     "build_parser": "corpusgraph.cli.main",
@@ -68,12 +71,14 @@ __all__ = ["__version__", "Config", "ConfigError", "load_config", "build_spark",
            "ray_on_spark", "RunContext", "StageResult", "run_pipeline", "run_index", "run_update",
            "format_summary", "run_estimate", "index", "update", "register_tables", "format_estimate", "write_chart", "ChatEndpoint",
            "open_query_engine", "QueryEngine", "IndexStore", "Answer", "format_answer", "normalise_name",
-           "create_app", "main", "build_parser"]
+           "create_app", "LangChainRetriever", "LlamaIndexRetriever", "main", "build_parser"]
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; never executed
     from corpusgraph.cli.main import build_parser, main
     from corpusgraph.config import Config, ConfigError, load_config
     from corpusgraph.estimate.view import format_estimate, write_chart
+    from corpusgraph.integrations.langchain import LangChainRetriever
+    from corpusgraph.integrations.llamaindex import LlamaIndexRetriever
     from corpusgraph.llm.chat_endpoint import ChatEndpoint
     from corpusgraph.query.answer import Answer, format_answer
     from corpusgraph.query.engine import QueryEngine

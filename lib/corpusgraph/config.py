@@ -47,7 +47,14 @@ from corpusgraph.sections.runtime import (
     SparkSection,
     StorageSection,
 )
-from corpusgraph.sections.serve import ServeKey, ServeSection
+from corpusgraph.sections.serve import (
+    ConversationSection,
+    McpSection,
+    ServeKey,
+    ServeSection,
+    TelemetrySection,
+    UiSection,
+)
 
 # The sections are imported from here by the rest of the code base, whichever module defines them.
 __all__ = [
@@ -55,8 +62,8 @@ __all__ = [
     "SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_EMBEDDING_MODEL", "EmbeddingSection",
     "S3Section", "StorageSection", "TableInput", "IngestSection", "ChunkSection", "ExtractSection", "ResolveSection",
     "CommunitiesSection", "ReportsSection", "QuerySection", "RerankSection", "RetrievalSection", "GlobalSection",
-    "DriftSection", "ServeKey",
-    "ServeSection", "ModelPrice", "EstimateSection", "UpdateSection",
+    "DriftSection", "ServeKey", "ServeSection", "ConversationSection", "McpSection", "UiSection", "TelemetrySection",
+    "ModelPrice", "EstimateSection", "UpdateSection",
 ]
 
 

@@ -2,8 +2,10 @@
 
 A test harness: it starts the browser with a private profile on a free debugging port, opens
 one page, records every console error, uncaught exception and error log entry (a failed
-resource load among them), evaluates expressions (awaiting promises), and takes a full-page
-screenshot. The websocket client is aiohttp's, which corpusgraph already depends on.
+resource load among them), keeps every HTTP response the page received (its URL, status and body:
+`responses()`), evaluates expressions (awaiting promises), types into and clicks the page's
+elements, and takes a full-page screenshot. The websocket client is aiohttp's, which corpusgraph
+already depends on.
 
     with Chromium() as browser:
         page = browser.open("file:///.../index.html", width=1400)
@@ -108,6 +110,37 @@ class Page:
             raise RuntimeError(f"{expression[:80]!r} threw: {res['exceptionDetails']}")
         return res["result"].get("value")
 
+    def type(self, selector: str, text: str) -> None:
+        """Set an input's value as a user typing it would, with the input event fired."""
+        self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.focus(); "
+                      f"e.value = {json.dumps(text)}; e.dispatchEvent(new Event('input', {{bubbles: true}})); }})()")
+
+    def click(self, selector: str) -> None:
+        self.evaluate(f"document.querySelector({json.dumps(selector)}).click()")
+
+    def text(self, selector: str) -> str | None:
+        return self.evaluate(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+                             "return e ? e.textContent : null; })()")
+
+    def responses(self) -> list[dict]:
+        """Every response the page has finished loading: url, status, mime type and body (text)."""
+        seen = {e["params"]["requestId"]: e["params"]["response"] for e in self.events
+                if e["method"] == "Network.responseReceived"}
+        out = []
+        for e in self.events:
+            if e["method"] != "Network.loadingFinished" or e["params"]["requestId"] not in seen:
+                continue
+            response = seen[e["params"]["requestId"]]
+            try:
+                got = self.send("Network.getResponseBody", {"requestId": e["params"]["requestId"]})
+                body = base64.b64decode(got["body"]).decode("utf-8", "replace") if got.get("base64Encoded") \
+                    else got["body"]
+            except RuntimeError as exc:  # a body the browser did not keep (a redirect): say so
+                body = f"<no body: {exc}>"
+            out.append({"url": response["url"], "status": response["status"], "mime": response.get("mimeType"),
+                        "body": body})
+        return out
+
     @property
     def errors(self) -> list[str]:
         """Console errors, uncaught exceptions and error log entries, as text."""
@@ -160,6 +193,9 @@ class Chromium:
         self.proc = subprocess.Popen(
             [self.executable, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              "--no-first-run", "--no-default-browser-check", "--disable-extensions", "--mute-audio",
+             # No connections of the browser's own (updates, sync, field trials): a closed network
+             # refuses them, and each refusal could end up in the page's log.
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--remote-debugging-port=0", f"--user-data-dir={self._profile}", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         port_file = Path(self._profile) / "DevToolsActivePort"
@@ -188,7 +224,7 @@ class Chromium:
         """Load url in a new tab, with console and log recording on, and wait for its load event."""
         page = Page(self._loop, self._new_target(), self.timeout)
         self._pages.append(page)
-        for domain in ("Runtime", "Log", "Page"):
+        for domain in ("Runtime", "Log", "Page", "Network"):
             page.send(f"{domain}.enable")
         page.send("Emulation.setDeviceMetricsOverride",
                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})

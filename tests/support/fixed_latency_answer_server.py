@@ -18,8 +18,14 @@ and the service can be timed against it:
 
     python tests/support/fixed_latency_answer_server.py --slots 64 --latency-s 0.5 [--port 0]
 
-The first stdout line is the base URL (".../v1"); GET /stats returns served and
-max_concurrent.
+A request with `"stream": true` is answered as server-sent events after the same latency: a
+role chunk, the answer in --stream-pieces content chunks one --piece-interval-s apart, a usage
+chunk when the request asks for one (`stream_options.include_usage`) unless --no-stream-usage
+(llama-cpp-python's server never sends one), then `data: [DONE]`. A client that closes the
+connection mid-stream is counted in /stats as `disconnected`, and the rest is not sent.
+
+The first stdout line is the base URL (".../v1"); GET /stats returns served, max_concurrent,
+streams and disconnected.
 """
 
 from __future__ import annotations
@@ -84,9 +90,49 @@ def is_rating(schema: dict | None) -> bool:
     return bool(schema) and schema.get("type") == "object" and schema.get("required") == ["score"]
 
 
-def make_app(slots: int, latency_s: float, relevant_share: float | None = None) -> web.Application:
+def pieces(text: str, n: int) -> list[str]:
+    """`text` cut into n pieces of about equal length (fewer when it is shorter), joined back whole."""
+    n = max(1, min(n, len(text)))
+    step = -(-len(text) // n)
+    return [text[i: i + step] for i in range(0, len(text), step)]
+
+
+async def stream_answer(request: web.Request, body: dict, text: str, usage: dict, stats: dict,
+                        n_pieces: int, interval_s: float, send_usage: bool) -> web.StreamResponse:
+    """The answer as chat completion chunks (OpenAI's streaming format), ended by [DONE]."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    base = {"id": f"chunk-{stats['served']}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": body.get("model", "bench")}
+
+    def event(choices: list, **extra) -> bytes:
+        return f"data: {json.dumps({**base, 'choices': choices, **extra})}\n\n".encode()
+
+    stats["streams"] += 1
+    try:
+        await resp.prepare(request)
+        await resp.write(event([{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]))
+        parts = pieces(text, n_pieces)
+        for i, part in enumerate(parts):
+            if i:
+                await asyncio.sleep(interval_s)
+            finish = "stop" if i == len(parts) - 1 else None
+            await resp.write(event([{"index": 0, "delta": {"content": part}, "finish_reason": finish}]))
+        if send_usage and (body.get("stream_options") or {}).get("include_usage"):
+            await resp.write(event([], usage=usage))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+    except ConnectionResetError:  # the client went away: stop writing
+        stats["disconnected"] += 1
+    except asyncio.CancelledError:
+        stats["disconnected"] += 1
+        raise
+    return resp
+
+
+def make_app(slots: int, latency_s: float, relevant_share: float | None = None, stream_pieces: int = 8,
+             piece_interval_s: float = 0.01, stream_usage: bool = True) -> web.Application:
     gate = asyncio.Semaphore(slots)
-    stats = {"served": 0, "in_service": 0, "max_concurrent": 0}
+    stats = {"served": 0, "in_service": 0, "max_concurrent": 0, "streams": 0, "disconnected": 0}
 
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()
@@ -106,6 +152,9 @@ def make_app(slots: int, latency_s: float, relevant_share: float | None = None) 
         usage = {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(text) // 4 + 1}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         stats["served"] += 1
+        if body.get("stream"):
+            return await stream_answer(request, body, text, usage, stats, stream_pieces, piece_interval_s,
+                                       stream_usage)
         return web.json_response({
             "id": f"cmpl-{stats['served']}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "bench"),
@@ -123,9 +172,16 @@ def make_app(slots: int, latency_s: float, relevant_share: float | None = None) 
 
 
 def main() -> None:
-    args = slots_latency_args(__doc__.splitlines()[0], extra=lambda ap: ap.add_argument(
-        "--relevant-share", type=float, default=None, help="share of relevance ratings answered 5 (others 0)"))
-    app = make_app(args.slots, args.latency_s, args.relevant_share)
+    def extra(ap) -> None:
+        ap.add_argument("--relevant-share", type=float, default=None,
+                        help="share of relevance ratings answered 5 (others 0)")
+        ap.add_argument("--stream-pieces", type=int, default=8, help="content chunks of a streamed answer")
+        ap.add_argument("--piece-interval-s", type=float, default=0.01, help="seconds between two content chunks")
+        ap.add_argument("--no-stream-usage", action="store_true", help="never send a usage chunk (as llama.cpp)")
+
+    args = slots_latency_args(__doc__.splitlines()[0], extra=extra)
+    app = make_app(args.slots, args.latency_s, args.relevant_share, args.stream_pieces, args.piece_interval_s,
+                   not args.no_stream_usage)
     run_server(serve_forever(app, args.port, backlog=max(1024, args.slots * 4)))
 
 

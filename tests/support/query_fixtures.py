@@ -159,6 +159,15 @@ class ScriptedChat:
             out.append(ChatResult(id=r.id, text=text, tokens_in=100, tokens_out=10))
         return out
 
+    def stream(self, request, on_delta):
+        """The answer `complete` gives, handed on in pieces as a model streams it: a few words at a
+        time (a line at a time for long texts, such as the echo of a whole prompt)."""
+        result = self.complete([request])[0]
+        text = result.text or ""
+        for piece in re.findall(r"[^\n]*\n|[^\n]+$" if len(text) > 200 else r"\S+\s*", text):
+            on_delta(piece)
+        return result
+
 
 def _write(warehouse: Path, name: str, rows: list[dict]) -> None:
     from deltalake import write_deltalake

@@ -160,7 +160,7 @@ def test_no_import_circle_even_counting_type_checking_imports():
 LAYERS = (
     ("corpusgraph.cli",),
     ("serving",),
-    ("corpusgraph.runner", "corpusgraph.export", "corpusgraph.report"),
+    ("corpusgraph.runner", "corpusgraph.export", "corpusgraph.report", "corpusgraph.integrations"),
     ("corpusgraph.query", "corpusgraph.estimate", "corpusgraph.evaluate"),
     ("corpusgraph.stages",),
     ("corpusgraph.llm", "corpusgraph.storage"),

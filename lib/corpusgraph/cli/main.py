@@ -247,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     from corpusgraph.cli.serve import add_serve_command  # argparse wiring only; FastAPI loads on use
 
     add_serve_command(sub)
+    from corpusgraph.cli.mcp import add_mcp_command  # argparse wiring only; the mcp package loads on use
+
+    add_mcp_command(sub)
     from corpusgraph.cli.export import register as add_export_command  # graphml, neo4j, parquet (export/__init__.py)
 
     add_export_command(sub)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:  # never executed: the command imports the app only when it runs
     from corpusgraph.config import Config, ServeKey
 
-__all__ = ["add_serve_command", "apply_options", "limit_malloc_arenas", "uvicorn_limits"]
+__all__ = ["add_serve_command", "apply_options", "run_service", "limit_malloc_arenas", "uvicorn_limits"]
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -108,24 +108,30 @@ def limit_malloc_arenas(arenas: int) -> bool:
 
 
 def cmd_serve(args: argparse.Namespace, config_loader=None) -> int:
-    _one_thread_per_request()
+    _one_thread_per_request()  # before anything loads numpy
     if config_loader is None:
         from corpusgraph.cli.common import config_from_args as config_loader
     config, keys = apply_options(args, config_loader(args))
+    return run_service(config, keys, args.host, args.port, args.log_level)
+
+
+def run_service(config: Config, keys: list[ServeKey], host: str | None, port: int | None, log_level: str) -> int:
+    """The service for `config` under uvicorn until stopped (`serve`, and `mcp --transport http`)."""
+    _one_thread_per_request()
     limit_malloc_arenas(config.serve.malloc_arenas)
     import uvicorn
 
     from serving.app import create_app
 
-    host = args.host or config.serve.host
-    port = config.serve.port if args.port is None else args.port
+    host = host or config.serve.host
+    port = config.serve.port if port is None else port
     app = create_app(config, extra_keys=keys)
     if not app.state.keys and host not in _LOOPBACK:
         print(f"corpusgraph serve: warning: listening on {host} with no API key; anyone who can "
               "reach this port can query every domain of the index (set serve.api_keys)", file=sys.stderr)
     # One worker: the app holds one engine (and maybe one model server) per process. The app
     # object, not an import string, so uvicorn cannot start a second copy of it.
-    uvicorn.run(app, host=host, port=port, log_level=args.log_level,
+    uvicorn.run(app, host=host, port=port, log_level=log_level,
                 timeout_graceful_shutdown=10, **uvicorn_limits(config.serve))
     return 0
 

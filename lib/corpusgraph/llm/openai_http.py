@@ -147,6 +147,13 @@ class OpenAIChatModel(EndpointClient):
             raise AssertionError(f"no result for requests {missing}")
         return results  # type: ignore[return-value]
 
+    def stream(self, request: ChatRequest, on_delta: Callable[[str], None]) -> ChatResult:
+        """One request streamed: its text to `on_delta` piece by piece, the whole result at the
+        end (llm/openai_stream.py; llm/streaming.StreamingChatModel)."""
+        from corpusgraph.llm.openai_stream import stream_chat
+
+        return stream_chat(self, request, on_delta)
+
     def _told(self) -> None:
         if self.on_result is not None:
             try:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult
 from corpusgraph.prompts import render
 from corpusgraph.query.coverage import describe
+from corpusgraph.query.events import emit_token, observed
 from corpusgraph.tokens import count_tokens, truncate_tokens
 
 __all__ = [
@@ -77,6 +78,9 @@ class Answer:
     context_tokens: int = 0
     llm_calls: int = 0
     route_reason: str | None = None
+    # A follow-up question rewritten to stand on its own (query/conversation.py); the answer was
+    # retrieved and written for it. None when the question came without history.
+    standalone_question: str | None = None
     error: str | None = None
     # Method-specific facts worth showing a caller (global: level used, map calls, failed map
     # answers, points kept). Plain JSON values only, so to_dict() stays serialisable.
@@ -180,8 +184,14 @@ def citations_for(unit_ids: Sequence[str], units: Mapping[str, Mapping], docs: M
 
 
 def ask_once(chat: ChatModel, request_id: str, prompt: str, max_tokens: int) -> ChatResult:
-    """One user-message request; the result, error included, as the model layer returned it."""
+    """One user-message request; the result, error included, as the model layer returned it.
+
+    Every final answer of every method is this call; with a caller following the answer
+    (query/events.py) its text is streamed to it as the model writes it."""
     request = ChatRequest(id=request_id, messages=({"role": "user", "content": prompt},), max_tokens=max_tokens)
+    stream = getattr(chat, "stream", None)
+    if stream is not None and observed():
+        return stream(request, emit_token)
     results = chat.complete([request])
     if len(results) != 1:  # the protocol promises one result per request; say so if broken
         return ChatResult(id=request_id, text=None, error=f"model returned {len(results)} results for 1 request")

@@ -16,6 +16,7 @@ from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel
 from corpusgraph.query.answer import Answer, answer_over_context, cited_tags, fit_budget, pack_blocks, unique_ordered
 from corpusgraph.query.coverage import context_coverage
+from corpusgraph.query.events import emit_context
 from corpusgraph.query.hybrid import BasicRanking, basic_ranking
 from corpusgraph.query.loaded import LoadedIndex
 from corpusgraph.query.question import Question
@@ -84,6 +85,7 @@ def basic_search(index: LoadedIndex, chat: ChatModel, question: Question, sectio
     ranking = basic_ranking(index, question, section, section.top_k_units, reranker)
     ctx = build_basic_context(store, question.vector, section, ranking)
     coverage = basic_coverage(store, ctx, section)
+    emit_context(store, ctx.unit_ids, True, ctx.tokens, coverage)  # before the model call
     if not ctx.unit_ids:
         return Answer(question=question.text, answer=NO_CONTEXT_ANSWER, method="basic", coverage=coverage)
 

@@ -29,6 +29,7 @@ from corpusgraph.llm.base import ChatModel, ChatRequest, Embedder
 from corpusgraph.query.answer import (Answer, ask_once, cited_tags, citations_for, fill_prompt, fit_budget, pack_blocks,
                                       unique_ordered)
 from corpusgraph.query.coverage import context_coverage, seed_facts
+from corpusgraph.query.events import emit_context
 from corpusgraph.query.global_search import report_block
 from corpusgraph.query.loaded import LoadedIndex
 from corpusgraph.query.local import HOPS, build_local_context, select_seeds
@@ -204,6 +205,7 @@ def drift_search(
     points, _ = pack_blocks([f"[P{i}] {f}" for i, f in enumerate(findings, 1)], budget)
     reduce_context = fit_budget("\n".join(points), budget)
     context_tokens += count_tokens(reduce_context)
+    emit_context(store, unit_ids, False, context_tokens, coverage)  # the rounds are done: before the reduce
     result = ask_once(chat, "drift-reduce", fill_prompt(reduce_prompt, points=reduce_context, question=question),
                       section.max_tokens)
     return Answer(

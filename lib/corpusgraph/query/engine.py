@@ -16,24 +16,29 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from corpusgraph.config import QuerySection
-from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult, Embedder
+from corpusgraph.llm.base import ChatModel, ChatResult, Embedder
 from corpusgraph.llm.rerank import open_reranker
 from corpusgraph.prompts import load_prompt
 from corpusgraph.query.answer import Answer
 from corpusgraph.query.basic import basic_search
+from corpusgraph.query.context import NO_DRIFT_CONTEXT, RetrievedContext, basic_context, global_context, local_context
+from corpusgraph.query.conversation import Turn, condense, turns
 from corpusgraph.query.coverage import view_facts
 from corpusgraph.query.drift import drift_search
+from corpusgraph.query.events import Sink, emit, observing
 from corpusgraph.query.global_search import global_search
 from corpusgraph.query.loaded import LoadedIndex
 from corpusgraph.query.local import local_search
+from corpusgraph.query.meter import MeteredChat
 from corpusgraph.query.question import parse_question
 from corpusgraph.query.store import IndexStore
 
-__all__ = ["QueryEngine", "route", "METHODS", "MAX_QUESTION_CHARS"]
+__all__ = ["QueryEngine", "route", "METHODS", "CONTEXT_METHODS", "MAX_QUESTION_CHARS"]
 
 log = logging.getLogger(__name__)
 
 METHODS = ("basic", "local", "global", "drift", "auto")
+CONTEXT_METHODS = ("basic", "local", "global", "auto")  # retrieval only: DRIFT has no such context
 MAX_QUESTION_CHARS = 2000
 
 # Wording that asks about the corpus as a whole rather than about something in it.
@@ -74,26 +79,14 @@ def route(store: IndexStore, question: str, named: Sequence[str] | None = None) 
     return "basic", "no corpus-wide wording and no known entity named"
 
 
-class _MeteredChat:
-    """Passes requests through and keeps every result, so the engine can add up the cost."""
-
-    def __init__(self, chat: ChatModel):
-        self._chat = chat
-        self.model = chat.model
-        self.results: list[ChatResult] = []
-
-    def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        results = self._chat.complete(requests)
-        self.results.extend(results)
-        return results
-
-
-def _load_prompt(prompts_dir: Path, relative: str) -> str:
+def _load_prompt(prompts_dir: Path, relative: str, required: bool = True) -> str | None:
     # The section's paths are relative to the config folder ("prompts/answer.txt"); a caller
     # that passes the prompts folder itself is served by the file name alone.
     for path in (prompts_dir / relative, prompts_dir / Path(relative).name):
         if path.is_file():
             return load_prompt(path).template
+    if not required:
+        return None
     raise FileNotFoundError(f"prompt file {relative!r} not found under {prompts_dir}")
 
 
@@ -124,6 +117,9 @@ class QueryEngine:
         self.prompt_reduce = _load_prompt(prompts_dir, section.global_.prompt_reduce)
         self.prompt_rate = _load_prompt(prompts_dir, section.global_.prompt_rate)
         self.prompt_drift = _load_prompt(prompts_dir, section.drift.prompt)
+        # Only follow-up questions need it: a config folder from before it existed still answers the rest.
+        self.prompt_condense = _load_prompt(prompts_dir, section.prompt_condense, required=False)
+        self._condense_path = (prompts_dir, section.prompt_condense)
         index_model = getattr(self.store.vectors("text_unit"), "model", None)
         if index_model and index_model != embedder.model:
             log.warning("vector index was built with %r but the embedder is %r", index_model, embedder.model)
@@ -144,26 +140,36 @@ class QueryEngine:
         return scoped
 
     def ask(self, question: str, method: str = "auto", level: int | None = None, top_k: int | None = None,
-            domains: Iterable[str] | None = None) -> Answer:
+            domains: Iterable[str] | None = None, history: Sequence[Turn | dict] | None = None,
+            events: Sink | None = None) -> Answer:
         """The answer to one question. top_k: text units (basic) or seed entities (local) for this
         question only; domains: answer only from what documents of those access domains built
-        (the store's restricted view, access.py); None: the engine's defaults."""
+        (the store's restricted view, access.py); None: the engine's defaults. history: the
+        conversation before the question, oldest first ({"role": "user"|"assistant", "content"}),
+        which one model call folds into a question that stands alone (query/conversation.py).
+        events: told as the answer goes (query/events.py; the service's stream)."""
         question = _check_question(question)
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-        if level is not None and (isinstance(level, bool) or not isinstance(level, int) or level < 0):
-            raise ValueError(f"level must be a non-negative integer, got {level!r}")
-        section = _with_top_k(self.section, top_k)
+        _check_level(level)
+        history = turns(history)
+        with observing(events):
+            return self._ask(question, method, level, _with_top_k(self.section, top_k), domains, history)
+
+    def _ask(self, asked: str, method: str, level: int | None, section: QuerySection, domains,
+             history: list[Turn]) -> Answer:
         index = self.index.view(domains)
         store = index.store
+        meter = MeteredChat(self.chat)
+        question, rewrite = self._standalone(meter, asked, history, section)
         # The question's names are matched once, here, and handed on with its vector (basic and
         # global search read none).
         named = store.match_names(question) if method in ("auto", "local", "drift") else ()
         reason = None
         if method == "auto":
             method, reason = route(store, question, named)
-
-        meter = _MeteredChat(self.chat)
+        emit("start", {"method": method, "route_reason": reason, "question": asked,
+                       "standalone_question": question if rewrite.get("used") else None})
         if method == "global":
             answer = global_search(
                 store, meter, question, section, self.prompt_map, self.prompt_reduce, level,
@@ -185,24 +191,104 @@ class QueryEngine:
                     answer = basic_search(index, meter, parsed, section, self.prompt_answer, reranker)
                 else:
                     answer = local_search(index, meter, parsed, section, self.prompt_answer, reranker)
-        return self._with_cost(answer, meter.results, reason, store)
+        answer = self._with_cost(answer, meter.results, reason, store)
+        return _asked(answer, asked, question, rewrite)
 
-    def _with_cost(self, answer: Answer, results: list[ChatResult], reason: str | None, store: IndexStore) -> Answer:
+    def context(self, question: str, method: str = "local", max_tokens: int | None = None,
+                top_k: int | None = None, level: int | None = None, domains: Iterable[str] | None = None,
+                history: Sequence[Turn | dict] | None = None, map: bool = False) -> RetrievedContext:
+        """The context `method` would answer from, as data (query/context.py), and no answer: no
+        model call for basic and local, nor for global unless `map` asks for its map's points.
+        max_tokens: the context budget (default query.max_context_tokens); auto routes as `ask`
+        does, DRIFT's route giving local's context (route_reason says so)."""
+        question = _check_question(question)
+        if method not in CONTEXT_METHODS:
+            raise ValueError(NO_DRIFT_CONTEXT if method == "drift" else
+                             f"unknown method {method!r}; choose one of {', '.join(CONTEXT_METHODS)}")
+        _check_level(level)
+        section = _with_top_k(self.section, top_k)
+        if max_tokens is not None:
+            section = section.model_validate({**section.model_dump(), "max_context_tokens": max_tokens})
+        history = turns(history)
+        index = self.index.view(domains)
+        store = index.store
+        meter = MeteredChat(self.chat)
+        asked = question
+        question, rewrite = self._standalone(meter, asked, history, section)
+        named = store.match_names(question) if method in ("auto", "local") else ()
+        reason = None
+        if method == "auto":
+            method, reason = route(store, question, named)
+            if method == "drift":
+                method, reason = "local", f"{reason}; DRIFT has no retrieval-only context, so local's is given"
+        if method == "global":
+            mapped = (meter, self.prompt_map, self.prompt_rate) if map else (None, None, None)
+            out = global_context(store, question, section, level, lambda: self.embedder.embed([question])[0],
+                                 chat=mapped[0], map_prompt=mapped[1], rate_prompt=mapped[2])
+        else:
+            titles = index.retriever().titles if method == "local" else None
+            parsed = parse_question(store, question, self.embedder.embed([question])[0], named=named, titles=titles)
+            reranker = open_reranker(section.rerank, meter) if section.basic == "hybrid" else None
+            build = basic_context if method == "basic" else local_context
+            out = build(index, parsed, section, reranker)
+        out.question, out.route_reason = asked, reason
+        out.standalone_question = question if rewrite.get("used") else None
+        if rewrite:
+            out.details["rewrite"] = rewrite
+        out.coverage = {"method": out.method, **out.coverage, "view": view_facts(store)}
+        results = meter.results
+        out.llm_calls, out.usd = len(results), self._usd(results)
+        out.tokens_in, out.tokens_out = sum(r.tokens_in for r in results), sum(r.tokens_out for r in results)
+        return out
+
+    def _standalone(self, meter: MeteredChat, question: str, history: list[Turn],
+                    section: QuerySection) -> tuple[str, dict]:
+        if not history:
+            return question, {}
+        if self.prompt_condense is None:
+            folder, relative = self._condense_path
+            raise ValueError(f"follow-up questions need the prompt file {relative!r}, which is not under {folder}")
+        return condense(meter, question, history, self.prompt_condense, section.history_tokens, section.max_tokens)
+
+    def _usd(self, results: list[ChatResult]) -> float:
         # Tokens count every call, cached or not: they measure the answer's size. Dollars count
         # only calls a server was paid for; a cache hit cost nothing this time.
-        paid = [r for r in results if not r.cached]
-        usd = sum(r.tokens_in / 1000 * self.usd_per_1k_in + r.tokens_out / 1000 * self.usd_per_1k_out for r in paid)
+        return sum(r.tokens_in / 1000 * self.usd_per_1k_in + r.tokens_out / 1000 * self.usd_per_1k_out
+                   for r in results if not r.cached)
+
+    def _with_cost(self, answer: Answer, results: list[ChatResult], reason: str | None, store: IndexStore) -> Answer:
+        usd = self._usd(results)
         # Every answer says how much of the index it read (coverage.py), and within which view.
         coverage = {"method": answer.method, **answer.coverage, "view": view_facts(store)}
+        details = answer.details
+        # A streaming server that reports no usage (llama.cpp) had its tokens counted here.
+        if any(getattr(r, "usage_estimated", False) for r in results):
+            details = {**details, "usage_estimated": True}
         return replace(
             answer,
             coverage=coverage,
+            details=details,
             tokens_in=sum(r.tokens_in for r in results),
             tokens_out=sum(r.tokens_out for r in results),
             usd=usd,
             llm_calls=len(results),
             route_reason=reason,
         )
+
+
+def _asked(answer: Answer, asked: str, standalone: str, rewrite: dict) -> Answer:
+    """The answer to the question as asked, saying what it was rewritten to (and whether the
+    rewrite worked, and whether the model's token counts are estimates)."""
+    details = dict(answer.details)
+    if rewrite:
+        details["rewrite"] = rewrite
+    return replace(answer, question=asked, standalone_question=standalone if rewrite.get("used") else None,
+                   details=details)
+
+
+def _check_level(level: object) -> None:
+    if level is not None and (isinstance(level, bool) or not isinstance(level, int) or level < 0):
+        raise ValueError(f"level must be a non-negative integer, got {level!r}")
 
 
 def _with_top_k(section: QuerySection, top_k: int | None) -> QuerySection:

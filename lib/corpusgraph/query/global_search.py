@@ -32,6 +32,7 @@ from corpusgraph.config import QuerySection
 from corpusgraph.llm.base import ChatModel
 from corpusgraph.query.answer import Answer, ask_once, citations_for, fill_prompt, fit_budget, pack_blocks
 from corpusgraph.query.coverage import community_units, global_coverage
+from corpusgraph.query.events import emit_context
 from corpusgraph.query.global_map import (
     MAX_POINTS,
     MapRead,
@@ -63,6 +64,8 @@ __all__ = [
     "report_text",
     "children_with_reports",
     "global_search",
+    "global_points",
+    "global_coverage_of",
     "NO_POINTS_ANSWER",
     "MAX_POINTS",
     "MAX_CITED_UNITS",
@@ -122,6 +125,25 @@ def global_search(
             coverage={"method": "global", **global_coverage(store, [], map_calls=0, map_failed=0, points={},
                                                             selection=None)},
         )
+    read, community_ids, details, tokens = global_points(store, chat, question, section, map_prompt, level,
+                                                         rate_prompt, question_vector)
+    answer = _reduce(store, chat, question, read, details, tokens, section, reduce_prompt)
+    answer.coverage = _coverage(store, community_ids, answer.details, section)
+    return answer
+
+
+def global_points(
+    store: IndexStore,
+    chat: ChatModel,
+    question: str,
+    section: QuerySection,
+    map_prompt: str,
+    level: int | None = None,
+    rate_prompt: str | None = None,
+    question_vector: Callable[[], np.ndarray | None] | None = None,
+) -> tuple[MapRead, list[str], dict, int]:
+    """Global search up to its reduce: (the map's points, the communities mapped, details, the
+    map's context tokens). The store must hold reports (global_search checks)."""
     community_ids: list[str] = []
     details: dict = {}
     read, map_calls, tokens = MapRead(points=[]), 0, 0
@@ -150,9 +172,7 @@ def global_search(
         read = read.merge(read_points(chunks, chat.complete(requests)))  # one batch: concurrent map calls
         map_calls, tokens = map_calls + len(chunks), tokens + late_tokens
     details.update({"reports": len(community_ids), "map_calls": map_calls})
-    answer = _reduce(store, chat, question, read, details, tokens, section, reduce_prompt)
-    answer.coverage = _coverage(store, community_ids, answer.details, section)
-    return answer
+    return read, community_ids, details, tokens
 
 
 def _reduce(store: IndexStore, chat: ChatModel, question: str, read: MapRead, details: dict, context_tokens: int,
@@ -189,16 +209,23 @@ def _reduce(store: IndexStore, chat: ChatModel, question: str, read: MapRead, de
     reduce_context = fit_budget("\n".join(taken), budget)
     context_tokens += count_tokens(reduce_context)
     prompt = fill_prompt(reduce_prompt, points=reduce_context, question=question)
+    cited = _cited_units(store, used_points)
+    emit_context(store, cited, False, context_tokens)  # the points are chosen: before the reduce call
     result = ask_once(chat, "reduce", prompt, section.max_tokens)
     return Answer(
         question=question,
         answer=(result.text or "").strip(),
         method="global",
-        citations=citations_for(_cited_units(store, used_points), store.units, store.docs),
+        citations=citations_for(cited, store.units, store.docs),
         context_tokens=context_tokens,
         error=result.error,
         details=details,
     )
+
+
+def global_coverage_of(store: IndexStore, community_ids: list[str], details: dict, section: QuerySection) -> dict:
+    """The coverage of a global answer (or context) that mapped `community_ids`, as `details` say."""
+    return _coverage(store, community_ids, details, section)
 
 
 def _coverage(store: IndexStore, community_ids: list[str], details: dict, section: QuerySection) -> dict:

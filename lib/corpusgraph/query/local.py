@@ -29,6 +29,7 @@ from corpusgraph.llm.base import ChatModel
 from corpusgraph.query.answer import Answer, answer_over_context, cited_tags, fit_budget, pack_blocks, unique_ordered
 from corpusgraph.query.basic import NO_CONTEXT_ANSWER, unit_block
 from corpusgraph.query.coverage import context_coverage, seed_facts
+from corpusgraph.query.events import emit_context
 from corpusgraph.query.hybrid import basic_ranking
 from corpusgraph.query.loaded import LoadedIndex
 from corpusgraph.query.question import Question
@@ -309,6 +310,7 @@ def local_search(index: LoadedIndex, chat: ChatModel, question: Question, sectio
     }
     coverage = {**local_coverage(store, question, ctx, section), "basic_ranking": basic.method,
                 **({"rerank_error": basic.rerank_error} if basic.rerank_error else {})}
+    emit_context(store, ctx.unit_ids, True, ctx.tokens, coverage)  # before the model call
     if not ctx.text.strip():
         return Answer(question=question.text, answer=NO_CONTEXT_ANSWER, method="local", details=details, coverage=coverage)
     return answer_over_context(chat, "local", question.text, ctx.text, prompt, section.max_tokens, store,

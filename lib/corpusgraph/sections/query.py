@@ -158,6 +158,11 @@ class QuerySection(Section):
                                     "context window beside the answer (llm.context_window or its profile's).")
     max_tokens: int = Field(2000, ge=16, description="Answer token limit (graphrag's local search answer limit, "
                             "2,000).")
+    prompt_condense: str = Field("prompts/condense_question.txt", description="Prompt that rewrites a follow-up "
+                                 "question and the conversation before it into one question that stands alone "
+                                 "(query/conversation.py), relative to the config file.")
+    history_tokens: int = Field(1000, ge=50, description="Conversation turns shown to that rewrite, newest first, "
+                                "within this many tokens.")
     retrieval: RetrievalSection = Field(default_factory=RetrievalSection, description="Local search's unit ranking.")
     global_: GlobalSection = Field(default_factory=GlobalSection, alias="global", description="Global search.")
     drift: DriftSection = Field(default_factory=DriftSection, description="DRIFT search.")

@@ -6,7 +6,7 @@ from pydantic import Field, SecretStr
 
 from corpusgraph.sections.base import Section
 
-__all__ = ["ServeKey", "ServeSection"]
+__all__ = ["ServeKey", "ServeSection", "ConversationSection", "McpSection", "UiSection", "TelemetrySection"]
 
 
 class ServeKey(Section):
@@ -16,6 +16,55 @@ class ServeKey(Section):
         ..., min_length=1,
         description='Access domains the key may read; ["*"] for all. It sees nothing built from other domains.',
     )
+
+
+class ConversationSection(Section):
+    """Follow-up questions under a `conversation_id`: the service keeps each conversation's last
+    exchanges, per API key and domain set, in this process's memory."""
+
+    enabled: bool = Field(True, description="Keep conversations by `conversation_id`; false: a request naming "
+                          "one is refused (422), while `history` sent in the request still works.")
+    max_exchanges: int = Field(6, ge=1, le=50, description="Question-and-answer pairs kept per conversation (the "
+                               "oldest go first), and the most a request's `history` may hold (twice this many "
+                               "turns).")
+    max_conversations_per_key: int = Field(200, ge=1, description="Conversations kept per API key; the least "
+                                           "recently used goes first.")
+    ttl_s: float = Field(3600.0, gt=0, description="A conversation not used for this many seconds is forgotten.")
+    max_answer_chars: int = Field(2000, ge=100, description="An answer is kept in a conversation cut to this many "
+                                  "characters, and an assistant turn of a request's `history` may be this long.")
+
+
+class McpSection(Section):
+    """The Model Context Protocol server (needs the `mcp` extra: pip install 'corpusgraph[mcp]')."""
+
+    enabled: bool = Field(False, description="Also serve MCP's streamable HTTP transport at `path` inside "
+                          "`corpusgraph serve`, under the same API keys (`corpusgraph mcp` serves stdio).")
+    path: str = Field("/mcp", pattern=r"^/[A-Za-z0-9_/-]*$", description="Where the MCP endpoint is mounted.")
+    allowed_hosts: list[str] = Field(default_factory=list, description="Host headers accepted besides loopback "
+                                     "(DNS-rebinding protection), e.g. graph.example.com:443; needed behind a name.")
+    allowed_origins: list[str] = Field(default_factory=list, description="Browser Origin headers accepted besides "
+                                       "loopback ones.")
+
+
+class UiSection(Section):
+    enabled: bool = Field(True, description="Serve the web page (search entities, draw a neighbourhood, read "
+                          "community reports, ask with a streamed answer) at `path`; it calls /v1 with the key the "
+                          "user types in.")
+    path: str = Field("/ui", pattern=r"^/[A-Za-z0-9_-]+$", description="Where the page is served.")
+
+
+class TelemetrySection(Section):
+    """OpenTelemetry traces (needs the `otel` extra: pip install 'corpusgraph[otel]')."""
+
+    otlp_endpoint: str | None = Field(None, description="OTLP/HTTP traces endpoint, e.g. "
+                                      "http://collector:4318/v1/traces; null: no traces, and the SDK is not loaded.")
+    headers: dict[str, SecretStr] = Field(default_factory=dict, description="Headers sent with each export (an "
+                                          "API key: write ${VAR} here).")
+    service_name: str = Field("corpusgraph", min_length=1, description="The traces' service.name.")
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="Share of requests traced (parent-based: a traced "
+                                "caller's requests are traced).")
+    record_question: bool = Field(False, description="Put the question's text on the query span; off, spans hold "
+                                  "no corpus text and no question, only methods, counts, tokens and times.")
 
 
 class ServeSection(Section):
@@ -60,3 +109,13 @@ class ServeSection(Section):
                                "M_ARENA_MAX, set at start-up before any thread). glibc's default, 8 per core, lets "
                                "each of the service's many threads keep freed memory in an arena of its own, so "
                                "resident memory climbs in steps under load; 0: glibc's default.")
+    stream_keepalive_s: float = Field(15.0, gt=0, description="A streamed answer (POST /v1/query with stream: "
+                                      "true) silent this long sends an SSE comment, so proxies and load balancers "
+                                      "with idle timeouts keep the connection open while global search maps.")
+    max_context_tokens: int = Field(8000, ge=200, description="Largest `max_tokens` (context budget) a POST "
+                                    "/v1/context may ask for.")
+    conversations: ConversationSection = Field(default_factory=ConversationSection,
+                                               description="Follow-up questions by conversation_id.")
+    mcp: McpSection = Field(default_factory=McpSection, description="The MCP server.")
+    ui: UiSection = Field(default_factory=UiSection, description="The web page.")
+    telemetry: TelemetrySection = Field(default_factory=TelemetrySection, description="OpenTelemetry traces.")

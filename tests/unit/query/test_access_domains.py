@@ -23,29 +23,11 @@ from corpusgraph.config import Config, ServeSection
 from corpusgraph.query.engine import METHODS
 from corpusgraph.query.access import domain_view_id, restrict
 from corpusgraph.query.loaded import LoadedIndex
-from tests.support.query_fixtures import (DOMAIN_REPORTS, VAULT_SECRETS, EchoChat, build_two_domain_index, fake_embed,
-    make_engine)
+from tests.support.access_world import ADMIN, HIDDEN_FROM_PUBLIC, KEYS, PUBLIC, QUESTIONS, VAULT
+from tests.support.access_world import leaks as _leaks
+from tests.support.query_fixtures import DOMAIN_REPORTS, EchoChat, build_two_domain_index, fake_embed, make_engine
 
 pytestmark = pytest.mark.unit
-
-PUBLIC, VAULT, ADMIN = "pub-key-1", "vault-key-2", "admin-key-3"
-# Everything vault text went into: vault rows, and the public rows that mix it in.
-HIDDEN_FROM_PUBLIC = {
-    "docs": {"dv_ledger", "dv_bribe", "dv_crates"},
-    "units": {"uv_ledger", "uv_bribe", "uv_crates"},
-    "entities": {"ev_corvin", "ev_cartel", "ev_vault", "e_port"},
-    "relationships": {"rv_leads", "rv_hides", "rv_bribes", "rv_smuggle", "r3", "r9"},
-    "claims": {"kv_launder"},
-    "communities": {"cv_vault", "cv_inner", "c0a", "c1b"},
-}
-HIDDEN_IDS = set().union(*HIDDEN_FROM_PUBLIC.values())
-QUESTIONS = (
-    "What is the door code of the Zephyrine Vault?",
-    "Who leads the Obsidian Cartel and who did Corvin Thale bribe in Port Keel?",
-    "What are the main themes across the corpus?",
-    "How does copper travel between the Lumen Guild and the Iron Coast Company?",
-)
-
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory):
@@ -68,10 +50,7 @@ def service(world):
     from serving import create_app
 
     chat = EchoChat()
-    keys = [{"name": "public-app", "key": PUBLIC, "domains": ["public"]},
-            {"name": "vault-app", "key": VAULT, "domains": ["vault"]},
-            {"name": "admin", "key": ADMIN, "domains": ["*"]}]
-    app = create_app(Config(serve=ServeSection(api_keys=keys)), engine_factory=lambda _s: make_engine(world, chat))
+    app = create_app(Config(serve=ServeSection(api_keys=KEYS)), engine_factory=lambda _s: make_engine(world, chat))
     with TestClient(app) as client:
         deadline = time.monotonic() + 30
         while client.get("/readyz").status_code != 200:
@@ -176,13 +155,6 @@ def test_each_keys_view_is_built_before_the_service_says_ready(full):
 
 
 # -- the service, attacked with a public key ---------------------------------------------------------
-
-
-def _leaks(text: str) -> list[str]:
-    for question in QUESTIONS:  # the echo repeats the caller's own words, which prove nothing
-        text = text.replace(question, "")
-    low = text.lower()
-    return [s for s in VAULT_SECRETS if s in low] + [i for i in HIDDEN_IDS if i in text]
 
 
 def _body(response) -> str:
