@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Mapping, TextIO
+from typing import Callable, Mapping, TextIO
 
 from corpusgraph.config import Config
 from corpusgraph.llm.base import Usage
@@ -63,6 +63,9 @@ class RunContext:
         # the command line turns it on for index and update.
         self.preflight = False
         self.collected_bytes = 0  # brought to the driver by the running stage (see note_collected)
+        # Callables a stage needs from outside the registry's import reach, by name (ingest's
+        # "input_frames": the DataFrames handed to corpusgraph.index(df, cfg), runner/api.py).
+        self.services: dict[str, Callable] = {}
         self.endpoint = ChatEndpoint(cfg.llm, self.cache_dir / "embedded-server.log", log=self.log)
 
     def note_collected(self, nbytes: int) -> None:
@@ -176,3 +179,11 @@ class StageContext:
 
     def prompt_path(self, relative: str) -> Path:
         return self._run.cfg.prompt_path(relative)
+
+    def service(self, name: str) -> Callable:
+        """A callable the run was given by name (RunContext.services)."""
+        try:
+            return self._run.services[name]
+        except KeyError:
+            raise LookupError(f"stage {self.name!r} needs the run service {name!r}, which this run was not "
+                              f"given (known: {sorted(self._run.services)})") from None
