@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, TextIO
+from typing import Mapping, TextIO
 
 from corpusgraph.config import Config
 from corpusgraph.llm.base import Usage
@@ -44,7 +44,7 @@ class RunContext:
     The runner hands each stage a StageContext cut from it (`stage`), not the run itself."""
 
     def __init__(self, cfg: Config, spark, *, kind: str = "index", out: TextIO = sys.stderr,
-                 run_id: str | None = None):
+                 run_id: str | None = None, input_frames: dict | None = None):
         self.cfg, self.spark, self.kind, self.out = cfg, spark, kind, out
         self.wh = Warehouse(spark, cfg.storage.warehouse)
         self.run_id = run_id or new_run_id(kind)
@@ -63,9 +63,9 @@ class RunContext:
         # the command line turns it on for index and update.
         self.preflight = False
         self.collected_bytes = 0  # brought to the driver by the running stage (see note_collected)
-        # Callables a stage needs from outside the registry's import reach, by name (ingest's
-        # "input_frames": the DataFrames handed to corpusgraph.index(df, cfg), runner/api.py).
-        self.services: dict[str, Callable] = {}
+        # DataFrames of documents handed to the Python API (corpusgraph.index(df, cfg), runner/api.py),
+        # by input name: ingest reads them beside ingest.inputs.
+        self.input_frames: dict[str, object] = dict(input_frames or {})
         self.endpoint = ChatEndpoint(cfg.llm, self.cache_dir / "embedded-server.log", log=self.log)
 
     def note_collected(self, nbytes: int) -> None:
@@ -180,10 +180,7 @@ class StageContext:
     def prompt_path(self, relative: str) -> Path:
         return self._run.cfg.prompt_path(relative)
 
-    def service(self, name: str) -> Callable:
-        """A callable the run was given by name (RunContext.services)."""
-        try:
-            return self._run.services[name]
-        except KeyError:
-            raise LookupError(f"stage {self.name!r} needs the run service {name!r}, which this run was not "
-                              f"given (known: {sorted(self._run.services)})") from None
+    @property
+    def input_frames(self) -> Mapping[str, object]:
+        """The run's DataFrame inputs by name (RunContext.input_frames); empty for runs over files."""
+        return self._run.input_frames
