@@ -62,6 +62,9 @@ def _overrides(root: Path, docs: Path, profile: str, chat_url: str, embed_url: s
         "embeddings.api_base": embed_url, "embeddings.api_key": KEY, "embeddings.model": "m",
         "extract.units_per_call": "2", "resolve.method": "exact", "resolve.max_description_chars": "100",
         "ray.actors": "1", "ray.num_cpus": "2",
+        # What a real model gets by default, which conf/local.yaml turns off for the bundled one: a
+        # gleaning round, and global search's dynamic selection (its rating requests).
+        "extract.glean_rounds": "1", "query.global.dynamic": "true",
     }
     if azure:
         out.update({"llm.azure.api_version": "2024-10-21", "embeddings.azure.api_version": "2024-10-21"})

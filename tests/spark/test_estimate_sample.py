@@ -25,7 +25,7 @@ def test_sampled_counts_agree_with_exact_counts_within_their_bound(spark):
     for i in range(1200):
         n = 20 + (i * 37) % 180  # 20..199 words: a spread of unit lengths
         text = " ".join(WORDS[(i + k * 3) % len(WORDS)] for k in range(n)) + "."
-        rows.append((f"u{i:04d}", "d1", i, text, n, 0, len(text)))
+        rows.append((f"u{i:04d}", "d1", i, text, n, 0, len(text), None, None, None))  # no pages, no section
     units = spark.createDataFrame(rows, spark_schema("text_units"))
     counting, seed = ExtractCounting.of(cost_sections(cfg), cfg.prompt_path), cfg.estimate.calibrate_seed
     exact = count_units(units, counting)
