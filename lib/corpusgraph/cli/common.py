@@ -6,18 +6,35 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Sequence
+import stat
+from pathlib import Path
+from typing import Mapping, Sequence
 
 from corpusgraph.config import Config, ConfigError, load_config
 
-__all__ = ["add_config_options", "config_from_args", "overrides"]
+__all__ = ["add_config_options", "config_from_args", "conf_file", "overrides", "read_env_file", "DEFAULT_CONFS"]
+
+# Where --conf looks when it is not given, in order: a project `corpusgraph init` wrote, then a checkout.
+DEFAULT_CONFS = ("settings.yaml", "conf/local.yaml")
 
 
 def add_config_options(sp: argparse.ArgumentParser,
                        example: str = "override a config value, e.g. --set chunk.size_tokens=200 (repeatable)") -> None:
     """--conf FILE and repeatable --set KEY=VALUE on a subcommand's parser."""
-    sp.add_argument("--conf", default="conf/local.yaml", help="config file (default: conf/local.yaml)")
+    sp.add_argument("--conf", default=None,
+                    help="config file (default: ./settings.yaml, else ./conf/local.yaml in a checkout)")
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=example)
+
+
+def conf_file(args: argparse.Namespace) -> Path:
+    """The config file --conf names, or the first of DEFAULT_CONFS present in the working folder."""
+    if args.conf:
+        return Path(args.conf)
+    for name in DEFAULT_CONFS:
+        if Path(name).is_file():
+            return Path(name)
+    raise ConfigError("no config here (./settings.yaml or ./conf/local.yaml): run `corpusgraph init DIR` and "
+                      "work in DIR, or pass --conf FILE")
 
 
 def overrides(pairs: Sequence[str]) -> dict[str, str]:
@@ -31,7 +48,33 @@ def overrides(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """The config --conf and --set name."""
+def read_env_file(path: Path) -> dict[str, str]:
+    """`KEY=VALUE` lines of a project's .env (blank lines and `#` comments skipped; one pair of
+    surrounding quotes taken off). It holds keys, so like the service's key files it must not be
+    readable by group or others."""
+    if not path.is_file():
+        return {}
+    if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"{path} holds keys but group or others can read it: chmod 600 {path}")
+    out = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise ConfigError(f"{path}:{n}: expected KEY=VALUE, got {line!r}")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key.strip()] = value
+    return out
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
+    """The config --conf and --set name. ${VAR}s come from the process environment, then from a
+    .env file beside the config (the environment wins; nothing is written into os.environ)."""
+    path = conf_file(args)
     # The command line is the one place that hands the process environment to ${VAR} substitution.
-    return load_config(args.conf, overrides(args.set), env=os.environ)
+    env = {**read_env_file(path.parent / ".env"), **(os.environ if environ is None else environ)}
+    return load_config(path, overrides(args.set), env=env)
