@@ -300,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     from corpusgraph.cli.eval import register as add_eval_command  # answer quality on a question file
 
     add_eval_command(sub)
+    from corpusgraph.cli.init import register as add_init_command  # a new project folder
+
+    add_init_command(sub)
     return p
 
 

@@ -16,7 +16,8 @@ __all__ = ["SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_
 class SparkSection(Section):
     master: str = Field("local[*]", description="Spark master URL; ignored under spark-submit.")
     app_name: str = Field("corpusgraph", description="Spark application name.")
-    jars_dir: str = Field("jars", description="Folder holding the Delta (and GraphFrames) jars fetched by `make setup`.")
+    jars_dir: str = Field("jars", description="Folder holding the Delta and s3a jars (`make setup` fills ./jars in a "
+                          "checkout).")
     driver_memory: str = Field("4g", description="spark.driver.memory for local mode.")
     shuffle_partitions: int = Field(8, ge=1, description="spark.sql.shuffle.partitions; small for one machine.")
     extra: dict[str, str] = Field(default_factory=dict, description="Any other spark.* settings, passed as is.")
