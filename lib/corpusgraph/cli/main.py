@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from corpusgraph.cli.common import add_config_options
+from corpusgraph.cli.common import add_config_options, missing_extra
 from corpusgraph.cli.common import config_from_args as _config
 from corpusgraph.config import Config, ConfigError
 from corpusgraph.runner.failures import StageFailed
@@ -322,6 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StageFailed as exc:  # an endpoint refused a stage's calls (or the preflight): nothing built on it
         print(f"corpusgraph: stopped: {exc}", file=sys.stderr)
         return 5
+    except ModuleNotFoundError as exc:  # an install without the extra this command needs
+        message = missing_extra(exc)
+        if message is None:
+            raise
+        print(f"corpusgraph: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
