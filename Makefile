@@ -12,7 +12,7 @@ CONF ?= conf/local.yaml
 UI_VENDOR := serving/ui/vendor
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars ui-vendor browser test test-unit test-fuzz test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-embedded bench-scale bench-graphrag-venv clean
+.PHONY: setup jars ui-vendor browser docs test test-unit test-fuzz test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-embedded bench-scale bench-graphrag-venv clean
 # One line per step; pip and Maven run quietly (their warnings and errors still show).
 PIP := PIP_ROOT_USER_ACTION=ignore $(BIN)/pip --disable-pip-version-check
 setup: $(STAMP) jars/.complete $(UI_VENDOR)/.complete
@@ -72,8 +72,14 @@ index: setup
 query: setup
 	$(BIN)/corpusgraph query --conf $(CONF) "$(Q)"
 
+# The documentation site, warnings as errors (Sphinx + MyST + furo, the docs extra); the reference
+# pages are generated from the code by docs/refgen.py at each build. No network at build time.
+docs: setup
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs build/docs
+	@echo "docs: build/docs/index.html"
+
 # --durations: the 30 slowest tests end the log, so where the suite's time goes is on record.
-test: setup browser
+test: setup browser docs
 	$(PYTEST) tests -m "not slow" --timeout 1500 --durations=30
 
 # Headless Chromium for the report page test (tests/e2e/test_report_html.py): Debian's chromium
