@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 
-from corpusgraph import __version__
+from corpusgraph.lazy import installed_version
 from corpusgraph.config import Config, ServeKey, ServeSection
 from corpusgraph.query.engine import MAX_QUESTION_CHARS
 from serving.conversations import Conversations
@@ -126,7 +126,7 @@ def create_app(config: Config, engine_factory: EngineFactory | None = None, *,
                          f"at most {MAX_QUESTION_CHARS}")
     keys = ApiKeys.for_service(serve, extra_keys)
     telemetry = Telemetry(serve.telemetry, span_exporter)
-    app = FastAPI(title="corpusgraph", version=__version__, description=_DESCRIPTION, lifespan=_lifespan,
+    app = FastAPI(title="corpusgraph", version=installed_version(), description=_DESCRIPTION, lifespan=_lifespan,
                   telemetry=telemetry.fastapi_config())
     app.state.telemetry = telemetry
     app.state.conversations = Conversations(serve.conversations)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from corpusgraph.config import BUILTIN, Config, ConfigError, defaults_dir, load_config, read_layers, resolve_prompt_path
+from corpusgraph.lazy import installed_version
 from corpusgraph.sections.catalog import INTERNAL, REQUIRED, default_of, section_class, yaml_name
 
 __all__ = ["PRESETS", "register", "init_project", "render_settings"]
@@ -163,9 +164,7 @@ def init_project(directory: str | Path, preset: str = "embedded", source: str | 
             written.append(root / "prompts" / extra.name)
     if source is None and preset != "cluster":
         live.setdefault("ingest", {})["inputs"] = ["input"]  # relative to the folder a run starts in: DIR
-    from corpusgraph import __version__
-
-    head = [f"# corpusgraph {__version__} project settings ({what}).",
+    head = [f"# corpusgraph {installed_version()} project settings ({what}).",
             "# Every key is listed: a live line is this project's choice, a commented one shows the default and",
             "# what it means (uncomment a section's header with its key). Paths are relative to the folder a",
             "# command runs in (run them in this folder); prompt files are relative to this file. ${VAR}s come",

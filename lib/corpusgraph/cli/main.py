@@ -218,10 +218,10 @@ def cmd_tables(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from corpusgraph import __version__  # the installed distribution's metadata (pyproject's version)
+    from corpusgraph.lazy import installed_version  # the installed distribution's metadata (pyproject's version)
 
     p = argparse.ArgumentParser(prog="corpusgraph", description="GraphRAG over large corpora.")
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def verbose(sp):
