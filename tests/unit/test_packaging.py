@@ -58,7 +58,7 @@ def test_every_folder_of_the_package_is_listed():
 def test_wheel_holds_the_checkout_and_nothing_else(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {p.removeprefix("lib/") for p in _tracked("lib/corpusgraph", "serving") if not p.endswith("/.gitignore")}
-    expected |= {"corpusgraph/defaults/" + p.removeprefix("conf/") for p in _tracked("conf/*.yaml", "conf/prompts")}
+    expected |= {"corpusgraph/defaults/" + p.removeprefix("conf/") for p in _tracked("conf/*.yaml", "conf/prompts", "conf/jars.lock")}
     assert expected - names == set(), "tracked files missing from the wheel"
     dist_info = {n for n in names if ".dist-info/" in n}
     vendor = {n for n in names if n.startswith("serving/ui/vendor/")}  # present when `make ui-vendor` ran

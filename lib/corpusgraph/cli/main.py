@@ -54,10 +54,14 @@ def _spark(cfg: Config, args=None):
 
     verbose = bool(getattr(args, "verbose", False))
     progress.configure(verbose=verbose, interval_s=progress_interval_s(os.environ))
+    from corpusgraph.cli.setup import spark_jars_dir
+
     extra = {"spark.ui.showConsoleProgress": "false", **cfg.spark.extra}
     if verbose:
         extra["spark.ui.showConsoleProgress"] = "true"
-    spark = build_spark(cfg.spark.model_copy(update={"extra": extra}),
+    # Under spark-submit the jars came with --jars; otherwise a checkout's jars/ or `setup --jars`'s.
+    jars_dir = cfg.spark.jars_dir if getattr(args, "submitted", False) else spark_jars_dir(cfg.spark.jars_dir)
+    spark = build_spark(cfg.spark.model_copy(update={"extra": extra, "jars_dir": jars_dir}),
                         set_master=not getattr(args, "submitted", False), storage=cfg.storage)
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return spark
@@ -303,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     from corpusgraph.cli.init import register as add_init_command  # a new project folder
 
     add_init_command(sub)
+    from corpusgraph.cli.setup import register as add_setup_command  # the jars outside a checkout
+
+    add_setup_command(sub)
     return p
 
 
