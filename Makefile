@@ -12,7 +12,7 @@ CONF ?= conf/local.yaml
 UI_VENDOR := serving/ui/vendor
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars ui-vendor browser docs test test-unit test-fuzz test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-embedded bench-scale bench-graphrag-venv clean
+.PHONY: setup jars ui-vendor browser docs test test-unit test-fuzz test-spark test-e2e test-faults test-cluster test-package index query bench bench-llm bench-embedded bench-scale bench-graphrag-venv clean
 # One line per step; pip and Maven run quietly (their warnings and errors still show).
 PIP := PIP_ROOT_USER_ACTION=ignore $(BIN)/pip --disable-pip-version-check
 setup: $(STAMP) jars/.complete $(UI_VENDOR)/.complete
@@ -95,6 +95,12 @@ browser:
 # runs the same tests on a small sample (the hypothesis profiles of tests/conftest.py).
 test-fuzz: setup
 	$(PYTEST) tests -m fuzz --hypothesis-profile fuzz
+
+# The wheel in a fresh virtual environment outside the repository: setup --jars, init --sample, index
+# and a cited answer there (tests/e2e/test_installed_package.py; CORPUSGRAPH_PACKAGE_TEST_PYPI=1
+# installs the dependencies from the package index instead of borrowing this venv's).
+test-package: setup
+	$(PYTEST) tests/e2e/test_installed_package.py -m slow --timeout 3600
 
 test-unit: setup
 	$(PYTEST) tests -m unit

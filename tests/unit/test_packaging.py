@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -18,33 +17,16 @@ import pytest
 from setuptools import find_namespace_packages
 
 from tests.conftest import REPO
+from tests.support.wheel import build_wheel, tracked as _tracked
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # Fetched by `make ui-vendor`, never committed: the wheel takes its files when they are there.
 NOT_PACKAGES = {"serving.ui.vendor"}
 
 
-def _tracked(*paths: str) -> list[str]:
-    out = subprocess.run(["git", "ls-files", *paths], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines() if line]
-
-
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The wheel as `pip wheel .` builds it (no build isolation: the venv's setuptools, no network)."""
-    out = tmp_path_factory.mktemp("wheel")
-    # Built from a copy of the tracked files (and the fetched web page library): setuptools builds in
-    # the source tree and would reuse a stale build/ left there.
-    src = tmp_path_factory.mktemp("src")
-    for rel in _tracked("pyproject.toml", "README.md", "LICENSE", "NOTICE", "lib", "serving", "conf"):
-        (src / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / rel, src / rel)
-    if (REPO / "serving" / "ui" / "vendor").is_dir():
-        shutil.copytree(REPO / "serving" / "ui" / "vendor", src / "serving" / "ui" / "vendor")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-                    "-w", str(out), str(src)], check=True, capture_output=True, cwd=out)
-    (found,) = out.glob("corpusgraph-*.whl")
-    return found
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def test_every_folder_of_the_package_is_listed():
