@@ -22,8 +22,9 @@ PAGES = [REPO / "README.md"] + sorted(p for p in (REPO / "docs").rglob("*.md")
                                       if not (p.parent.name == "reference" and p.name in GENERATED))
 README = "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
 # Options of other programs that README quotes: neo4j-admin's ("Exporting the graph"), the
-# databricks CLI's and jobs/ray_on_spark.py's ("Databricks").
-OTHER_TOOLS = {"--array-delimiter", "--multiline-fields", "--overwrite-destination", "--var", "--ray-workers"}
+# databricks CLI's and jobs/ray_on_spark.py's ("Databricks"), docker's (docs/how-to/docker.md).
+OTHER_TOOLS = {"--array-delimiter", "--multiline-fields", "--overwrite-destination", "--var", "--ray-workers",
+               "--build-arg"}
 PLACEHOLDERS = {"N": "2", "DIR": "/tmp/out", "F": "/tmp/keys", "A,B": "ops,finance", "a,b": "ingest,chunk", '"..."': "a question"}
 
 
@@ -89,7 +90,7 @@ def test_the_query_methods_are_the_engines():
 def test_every_command_takes_conf_and_set():
     for name, sp in _subparsers(build_parser()).items():
         options = {o for a in sp._actions for o in a.option_strings}
-        if name == "init":  # writes a config rather than reading one: --from names where it starts
+        if name in ("init", "setup"):  # they read no config: init writes one, setup fetches files for any
             assert "--from" in options and "--conf" not in options
             continue
         assert {"--conf", "--set"} <= options, name
