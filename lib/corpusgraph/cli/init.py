@@ -200,6 +200,12 @@ def cmd_init(args) -> int:
         print(f"wrote {path}")
     copied = sum(1 for p in (Path(args.dir) / "input").iterdir() if p.is_file())
     inputs = f"{copied} sample documents in input/" if args.sample else "put your documents in input/"
+    try:  # Spark needs the Delta jars: a checkout's, or fetched once by setup --jars
+        from corpusgraph.cli.setup import spark_jars_dir
+
+        spark_jars_dir(str(Path(args.dir) / "jars"))
+    except (ConfigError, ModuleNotFoundError):
+        print("first: corpusgraph setup --jars   (Spark's Delta and s3a jars, fetched once)")
     print(f"next: cd {args.dir} && corpusgraph index   ({inputs}), then corpusgraph query \"your question\"")
     return 0
 

@@ -54,6 +54,8 @@ def _spark(cfg: Config, args=None):
 
     verbose = bool(getattr(args, "verbose", False))
     progress.configure(verbose=verbose, interval_s=progress_interval_s(os.environ))
+    import pyspark  # noqa: F401  an install without the [index] extra says so before any talk of jars
+
     from corpusgraph.cli.setup import spark_jars_dir
 
     extra = {"spark.ui.showConsoleProgress": "false", **cfg.spark.extra}
