@@ -199,7 +199,7 @@ CHAT_PROFILES = ("openai", "azure_openai", "vllm", "ollama", "llama_cpp", "tgi",
 
 @pytest.mark.slow
 def test_every_profile_through_the_pipeline_refuses_nothing(spark, tmp_path):
-    from tests.unit.test_conformance_rules import CASES, IGNORE_CASES
+    from tests.unit.support.test_conformance_rules import CASES, IGNORE_CASES
 
     t0 = time.perf_counter()
     profiles: dict[str, dict] = {}

@@ -2,7 +2,7 @@
 see, the questions that go looking for it, and the search for a leak in a response.
 
 The world is query_fixtures.two_domain_world (public Saltreach plus a "vault" of secrets mixed into
-the graph); every surface's access test (tests/unit/test_access_*.py, tests/e2e/test_ui.py) uses
+the graph); every surface's access test (tests/unit/serving/test_access_*.py, tests/e2e/test_ui.py) uses
 these, so each checks the same things. Not a test module.
 """
 

@@ -7,7 +7,7 @@ Where only the status and envelope are known and the message is not, the rule sa
 stand-in", and nothing in corpusgraph keys on that text. A rule refuses only what its source
 says is refused; a field a provider silently drops is an `Ignore`, counted apart: a silent
 ignore means unconstrained output or an unbounded answer, which is as bad as a refusal.
-tests/unit/test_conformance_rules.py shows each rule refusing one bad body and accepting the
+tests/unit/support/test_conformance_rules.py shows each rule refusing one bad body and accepting the
 same body without the fault, so a server that accepts everything cannot pass.
 """
 

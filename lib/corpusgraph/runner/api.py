@@ -21,9 +21,7 @@ def _context(data, config: Config | str | Path, kind: str, name: str):
     from corpusgraph.runner.run import RunContext
 
     cfg = config if isinstance(config, Config) else load_config(config)
-    ctx = RunContext(cfg, data.sparkSession, kind=kind)
-    ctx.services["input_frames"] = lambda: {name: data}
-    return ctx
+    return RunContext(cfg, data.sparkSession, kind=kind, input_frames={name: data})
 
 
 def index(data, config: Config | str | Path, *, name: str = "dataframe", stages: list[str] | None = None) -> dict:

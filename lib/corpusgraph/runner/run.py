@@ -44,7 +44,7 @@ class RunContext:
     The runner hands each stage a StageContext cut from it (`stage`), not the run itself."""
 
     def __init__(self, cfg: Config, spark, *, kind: str = "index", out: TextIO = sys.stderr,
-                 run_id: str | None = None):
+                 run_id: str | None = None, input_frames: dict | None = None):
         self.cfg, self.spark, self.kind, self.out = cfg, spark, kind, out
         self.wh = Warehouse(spark, cfg.storage.warehouse)
         self.run_id = run_id or new_run_id(kind)
@@ -63,6 +63,9 @@ class RunContext:
         # the command line turns it on for index and update.
         self.preflight = False
         self.collected_bytes = 0  # brought to the driver by the running stage (see note_collected)
+        # DataFrames of documents handed to the Python API (corpusgraph.index(df, cfg), runner/api.py),
+        # by input name: ingest reads them beside ingest.inputs.
+        self.input_frames: dict[str, object] = dict(input_frames or {})
         self.endpoint = ChatEndpoint(cfg.llm, self.cache_dir / "embedded-server.log", log=self.log)
 
     def note_collected(self, nbytes: int) -> None:
@@ -176,3 +179,8 @@ class StageContext:
 
     def prompt_path(self, relative: str) -> Path:
         return self._run.cfg.prompt_path(relative)
+
+    @property
+    def input_frames(self) -> Mapping[str, object]:
+        """The run's DataFrame inputs by name (RunContext.input_frames); empty for runs over files."""
+        return self._run.input_frames

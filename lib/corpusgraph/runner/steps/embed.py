@@ -86,8 +86,10 @@ def read_vectors(path: str, s3: S3Section | None = None) -> tuple[list[str], np.
     return ids, matrix, nbytes
 
 
-def _embed_pending(st: StageContext, pending, sec: EmbeddingSection, ray: RaySection) -> tuple[int, StageResult]:
-    """Send the pending items to Ray and merge what came back; (items sent, partial result)."""
+def _embed_pending(st: StageContext, pending, sec: EmbeddingSection, ray: RaySection, *,
+                   had_vectors: bool) -> tuple[int, StageResult]:
+    """Send the pending items to Ray and merge what came back; (items sent, partial result).
+    had_vectors: the table already held vectors of this model (a rerun of what failed before)."""
     from corpusgraph.llm.base import Usage
 
     n = save(st, pending, "in").count()
@@ -116,7 +118,9 @@ def _embed_pending(st: StageContext, pending, sec: EmbeddingSection, ray: RaySec
         result.usage = Usage(calls=int(stats["requests"] or 0), tokens_in=tokens,
                              cache_hits=int(stats["cached"] or 0), errors=int(stats["failed_requests"] or 0),
                              usd=tokens / 1000 * sec.usd_per_1k_tokens)
-    if failed == n:  # not one vector: an index without them would answer nothing
+    # Not one vector, and none from before: an index without them would answer nothing. (A rerun
+    # whose few leftover items fail again keeps the index it has, and says so in its notes.)
+    if failed == n and not had_vectors:
         from corpusgraph.llm.fixes import fix_for
         from corpusgraph.runner.failures import StageFailed
 
@@ -135,8 +139,9 @@ def embed(st: StageContext, *, embeddings: EmbeddingSection, ray: RaySection, st
     recipe = f"windows{sec.max_tokens}" if sec.backend == "bundled" and sec.windows else ""
     items = embed_stage.embedding_items(read("text_units"), read("entities"), read("community_reports"),
                                         read("documents"), unit_recipe=recipe)
+    stored = read("embeddings").where(F.col("model") == sec.model)
     pending = embed_stage.pending_items(items, read("embeddings"), sec.model)
-    n, result = _embed_pending(st, pending, sec, ray)
+    n, result = _embed_pending(st, pending, sec, ray, had_vectors=bool(stored.limit(1).count()))
     # Drop vectors of things that no longer exist, then rebuild the FAISS files from the table.
     st.tables.delete_where_missing("embeddings", items, ["kind", "id"])
     params = IndexParams.from_section(sec)

@@ -163,10 +163,7 @@ def _previous_versions(st: StageContext) -> dict[str, int]:
 
 def _frames(st: StageContext) -> dict:
     """DataFrames handed to the Python API (corpusgraph.index(df, cfg)) for this run, by name."""
-    try:
-        return dict(st.service("input_frames")())
-    except LookupError:
-        return {}
+    return dict(st.input_frames)
 
 
 def _read_all(st: StageContext, sec: IngestSection, s3):

@@ -6,7 +6,7 @@ stages they stand in for, so the `runs` and `llm_calls` rows of an update read a
 
 What each step redoes, and why it is enough:
 
-- ingest (steps.index.ingest): documents are keyed by content hash, so a new file is a new row, an
+- ingest (steps.ingest.ingest): documents are keyed by content hash, so a new file is a new row, an
   edited file is a new row plus its old version soft-deleted, and a vanished file is
   soft-deleted.
 - chunk (steps.update.chunk): only live documents without units are chunked; units of dead
