@@ -85,10 +85,11 @@ def cli_reference() -> str:
     from corpusgraph.cli.main import build_parser
 
     parser = build_parser()
-    out = ["# Command-line reference", "", "Generated from the command line's own definitions (`corpusgraph <command> --help`",
-           "prints the same). Every command reads `--conf` (default: `./settings.yaml`, else `./conf/local.yaml`)",
-           "and takes `--set key=value` overrides of any configuration key.", "", "## `corpusgraph`", "", "```text",
-           parser.format_usage().strip(), "```", ""]
+    out = ["# Command-line reference", "",
+           "Generated from the command line's own definitions (`corpusgraph <command> --help` prints the same).",
+           "Every command that reads a configuration takes `--conf` (default: `./settings.yaml`, else",
+           "`./conf/local.yaml`) and `--set key=value` overrides of any key; `init` and `setup` read none.", "",
+           "## `corpusgraph`", "", "```text", parser.format_usage().strip(), "```", ""]
     out += _options_table(parser)
 
     def walk(p: argparse.ArgumentParser, prefix: str) -> None:
