@@ -76,12 +76,15 @@ def _serve(python: Path, conf: Path, env: dict) -> dict:
 def test_serve_extra_against_the_full_environment(tmp_path):
     wheel = build_wheel(tmp_path / "build")
     venv = tmp_path / "serve-venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # Without this checkout on PYTHONPATH: pip would take its egg-info for corpusgraph already installed.
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=base_env)
     t0 = time.perf_counter()
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", f"{wheel}[serve]"], check=True)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", f"{wheel}[serve]"], check=True,
+                   env=base_env)
     install_s = time.perf_counter() - t0
     site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+                               capture_output=True, text=True, check=True, env=base_env).stdout.strip())
     size_mb = sum(p.stat().st_size for p in site.rglob("*") if p.is_file()) / 2**20
     dists = len(list(site.glob("*.dist-info")))
 
@@ -93,7 +96,6 @@ def test_serve_extra_against_the_full_environment(tmp_path):
             "storage": {"warehouse": wh, "index_dir": index_dir, "cache_dir": str(tmp_path / "cache")},
             "llm": {"backend": "openai", "api_base": "http://127.0.0.1:9/v1", "max_retries": 0},
             "embeddings": {"backend": "openai", "model": "fake-bow-64", "api_base": emb.base_url}}))
-        base_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
         envs = {"serve_extra": (venv / "bin" / "python", base_env),
                 "full_dev_venv": (Path(sys.executable), {**base_env, "PYTHONPATH": f"{REPO / 'lib'}:{REPO}"})}
         runs: dict[str, list[dict]] = {name: [] for name in envs}

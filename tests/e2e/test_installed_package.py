@@ -33,16 +33,23 @@ ASSETS = Path.home() / ".cache" / "corpusgraph-bench" / "assets"
 QUESTION = "What are the recurring causes of delays across the hubs?"
 
 
+def _clean_env() -> dict[str, str]:
+    """The environment without this checkout on PYTHONPATH: with it, pip would see the source tree's
+    egg-info as corpusgraph already installed and install nothing."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CORPUSGRAPH_"))}
+
+
 def _venv(tmp_path: Path, wheel: Path) -> Path:
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = _clean_env()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     if os.environ.get("CORPUSGRAPH_PACKAGE_TEST_PYPI") == "1":
-        subprocess.run(pip + [f"{wheel}[index,embedded]"], check=True, env={**os.environ, "CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
+        subprocess.run(pip + [f"{wheel}[index,embedded]"], check=True, env={**env, "CMAKE_ARGS": "-DGGML_NATIVE=OFF"})
     else:
-        subprocess.run(pip + ["--no-deps", "--no-index", str(wheel)], check=True)
+        subprocess.run(pip + ["--no-deps", "--no-index", str(wheel)], check=True, env=env)
         site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                   capture_output=True, text=True, check=True).stdout.strip())
+                                   capture_output=True, text=True, check=True, env=env).stdout.strip())
         (site / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv
 
@@ -52,8 +59,7 @@ def test_wheel_in_a_fresh_venv_init_index_query(tmp_path):
     venv = _venv(tmp_path, wheel)
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CORPUSGRAPH_"))}
-    env |= {"HOME": str(home), "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "CORPUSGRAPH_ASSETS": str(ASSETS)}
+    env = _clean_env() | {"HOME": str(home), "PATH": f"{venv / 'bin'}:{os.environ['PATH']}", "CORPUSGRAPH_ASSETS": str(ASSETS)}
 
     def run(*argv: str, cwd: Path = tmp_path, timeout: float = 1800) -> str:
         done = subprocess.run([str(venv / "bin" / "corpusgraph"), *argv], cwd=cwd, env=env, capture_output=True,
