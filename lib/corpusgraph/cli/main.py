@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from corpusgraph.cli.common import add_config_options
+from corpusgraph.cli.common import add_config_options, missing_extra
 from corpusgraph.cli.common import config_from_args as _config
 from corpusgraph.config import Config, ConfigError
 from corpusgraph.runner.failures import StageFailed
@@ -54,10 +54,16 @@ def _spark(cfg: Config, args=None):
 
     verbose = bool(getattr(args, "verbose", False))
     progress.configure(verbose=verbose, interval_s=progress_interval_s(os.environ))
+    import pyspark  # noqa: F401  an install without the [index] extra says so before any talk of jars
+
+    from corpusgraph.cli.setup import spark_jars_dir
+
     extra = {"spark.ui.showConsoleProgress": "false", **cfg.spark.extra}
     if verbose:
         extra["spark.ui.showConsoleProgress"] = "true"
-    spark = build_spark(cfg.spark.model_copy(update={"extra": extra}),
+    # Under spark-submit the jars came with --jars; otherwise a checkout's jars/ or `setup --jars`'s.
+    jars_dir = cfg.spark.jars_dir if getattr(args, "submitted", False) else spark_jars_dir(cfg.spark.jars_dir)
+    spark = build_spark(cfg.spark.model_copy(update={"extra": extra, "jars_dir": jars_dir}),
                         set_master=not getattr(args, "submitted", False), storage=cfg.storage)
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")
     return spark
@@ -218,7 +224,10 @@ def cmd_tables(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from corpusgraph.lazy import installed_version  # the installed distribution's metadata (pyproject's version)
+
     p = argparse.ArgumentParser(prog="corpusgraph", description="GraphRAG over large corpora.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def verbose(sp):
@@ -297,6 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
     from corpusgraph.cli.eval import register as add_eval_command  # answer quality on a question file
 
     add_eval_command(sub)
+    from corpusgraph.cli.init import register as add_init_command  # a new project folder
+
+    add_init_command(sub)
+    from corpusgraph.cli.setup import register as add_setup_command  # the jars outside a checkout
+
+    add_setup_command(sub)
     return p
 
 
@@ -316,6 +331,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StageFailed as exc:  # an endpoint refused a stage's calls (or the preflight): nothing built on it
         print(f"corpusgraph: stopped: {exc}", file=sys.stderr)
         return 5
+    except ModuleNotFoundError as exc:  # an install without the extra this command needs
+        message = missing_extra(exc)
+        if message is None:
+            raise
+        print(f"corpusgraph: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ def add_serve_command(subparsers, config_loader: Callable[[argparse.Namespace], 
                     help="seconds a question may take before the caller gets 504")
     sp.add_argument("--max-concurrent", type=int, dest="max_concurrent_queries", metavar="N",
                     help="questions worked on at once; later ones wait their turn")
-    sp.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    sp.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                    help="uvicorn's log level (default info)")
     sp.set_defaults(func=lambda args: cmd_serve(args, config_loader))
     return sp
 

@@ -25,7 +25,7 @@ def open_embedder(section: EmbeddingSection, cache_dir: str | Path | None) -> Em
         # process loads it instead of building it again.
         return MiniLMEmbedder(batch_size=section.batch_size, max_tokens=min(section.max_tokens, 512),
                               windows=section.windows, runtime=section.runtime,
-                              int8=section.runtime == "onnxruntime" and section.int8,
+                              int8=section.runtime == "onnxruntime" and section.int8, model_dir=section.model_dir,
                               graph_cache=Path(cache_dir) / "models" if cache_dir else None)
     if section.backend == "openai":
         from corpusgraph.llm.cache import ResponseCache

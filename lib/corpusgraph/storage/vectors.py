@@ -42,11 +42,21 @@ def _paths(index_dir: Path, kind: str) -> tuple[Path, Path]:
     return index_dir / f"{kind}.faiss", index_dir / f"{kind}.meta.json"
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it; set straight back
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     # Temp file in the same directory, so os.replace is a rename on one filesystem: a
     # reader sees either the old file or the new one, never a partial write.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp makes the file 0600 and the rename keeps that: an index written by one user (an
+        # index job, CI) would be unreadable to a service running as another. Give it the mode an
+        # ordinary open() would, under the process's umask.
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

