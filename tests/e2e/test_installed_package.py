@@ -77,9 +77,9 @@ def test_wheel_in_a_fresh_venv_init_index_query(tmp_path):
                            cwd=project, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert all(Path(p).is_relative_to(venv) for p in where), where
     # Fast extraction (spaCy, no LLM) keeps the run to minutes; reports and the answer use the bundled model.
-    # Merged descriptions are cut, not summarised: the summary's JSON schema (maxLength
-    # resolve.max_description_chars, 1,200) is a grammar llama.cpp's server refuses and then dies on
-    # (found by this test's first run; reported, not fixed here).
+    # Merged descriptions are cut, not summarised, to keep the run short. (This test's first run
+    # found the summary schema's maxLength of 1,200 killing llama.cpp's server; the schema has no
+    # maxLength since, and summaries on the real model are tested in tests/spark/test_resolve_step.py.)
     run("index", "--set", "extract.method=fast", "--set", "resolve.summarise_descriptions=false",
         "--set", "spark.master=local[2]", "--set", "spark.driver_memory=2g", cwd=project)
     tables = {line.split()[0]: line for line in run("tables", cwd=project).splitlines() if line.strip()}

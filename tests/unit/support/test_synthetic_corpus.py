@@ -242,8 +242,10 @@ def test_report_summary_and_adjudication(corpus, lex):
     body = {"messages": [{"role": "user", "content": "Descriptions:\n" + "works in freight. " * 20}],
             "response_format": {"type": "json_object", "schema": summary_schema(sec)}}
     kind, summ = scale_server.answer_for(lex, body)
-    assert kind == "summary" and parse_summary(ChatResult(id="e", text=json.dumps(summ)), sec)["status"] == "ok"
-    assert len(summ["description"]) <= 100
+    summary = parse_summary(ChatResult(id="e", text=json.dumps(summ)), sec)
+    # The schema carries no maxLength (llama.cpp's server dies on a long one): the parser cuts.
+    assert kind == "summary" and summary["status"] == "ok" and summ["description"]
+    assert 0 < len(summary["summary"]) <= 100
     ent = next(e for e in corpus["ents"] if len(e["forms"]) >= 3)
     other = next(e for e in corpus["ents"] if e["entity"] != ent["entity"])
 

@@ -124,9 +124,16 @@ class AdjudicateTask:
 
 
 def summary_schema(section: ResolveSection) -> dict[str, Any]:
+    """The summary's answer: one non-empty description. Its length is bounded by the request's
+    answer tokens (resolve.summary_max_tokens) and cut by parse_summary to
+    resolve.max_description_chars, not by a maxLength: llama.cpp's server turns a string's
+    maxLength into a grammar rule repeated that many times: at the default 1,200 the bundled
+    server failed to parse the grammar and exited (600 parsed; found by
+    tests/e2e/test_installed_package.py, checked against llama-cpp-python 0.3.36)."""
+    del section  # the bound is parse_summary's
     return {
         "type": "object",
-        "properties": {"description": {"type": "string", "minLength": 1, "maxLength": section.max_description_chars}},
+        "properties": {"description": {"type": "string", "minLength": 1}},
         "required": ["description"],
     }
 
