@@ -20,13 +20,14 @@ a Ray actor; the tokenizer and the weights (or the ONNX session) load on the fir
 from __future__ import annotations
 
 import importlib.util
-import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
+
+from corpusgraph.llm.minilm_config import checked_config
 
 __all__ = ["MiniLMEmbedder", "find_model_dir", "RUNTIMES"]
 
@@ -144,16 +145,7 @@ class _Weights:
 def _load_weights(model_dir: Path, expected_dim: int) -> _Weights:
     from safetensors.numpy import load_file  # imported here: nothing heavy at import
 
-    config = json.loads((model_dir / "config.json").read_text())
-    pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
-    # This forward pass implements exactly one architecture; refuse anything else
-    # rather than silently produce wrong vectors.
-    if config.get("model_type") != "bert" or config.get("hidden_act") != "gelu":
-        raise ValueError(f"{model_dir}: expected a BERT model with gelu, got {config.get('model_type')}")
-    if config.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"{model_dir}: only absolute position embeddings are supported")
-    if not pooling.get("pooling_mode_mean_tokens") or config["hidden_size"] != expected_dim:
-        raise ValueError(f"{model_dir}: expected mean pooling and hidden size {expected_dim}")
+    config = checked_config(model_dir, expected_dim)  # this forward pass implements exactly that architecture
 
     t = load_file(str(model_dir / "model.safetensors"))
 

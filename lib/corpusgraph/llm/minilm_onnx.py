@@ -23,7 +23,6 @@ forward pass, and how fast they are, is measured by tests/benchmarks/test_embedd
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -47,16 +46,9 @@ def build_graph(model_dir: Path, expected_dim: int) -> Any:
     from onnx import TensorProto, helper, numpy_helper
     from safetensors.numpy import load_file
 
-    config = json.loads((model_dir / "config.json").read_text())
-    pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
-    # The graph encodes exactly one architecture: refuse anything else rather than produce
-    # wrong vectors (the same checks as the numpy forward pass).
-    if config.get("model_type") != "bert" or config.get("hidden_act") != "gelu":
-        raise ValueError(f"{model_dir}: expected a BERT model with gelu, got {config.get('model_type')}")
-    if config.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"{model_dir}: only absolute position embeddings are supported")
-    if not pooling.get("pooling_mode_mean_tokens") or config["hidden_size"] != expected_dim:
-        raise ValueError(f"{model_dir}: expected mean pooling and hidden size {expected_dim}")
+    from corpusgraph.llm.minilm_config import checked_config
+
+    config = checked_config(model_dir, expected_dim)  # the graph encodes exactly that architecture
     eps = float(config["layer_norm_eps"])
     heads = int(config["num_attention_heads"])
     t = load_file(str(model_dir / "model.safetensors"))
