@@ -7,7 +7,6 @@ test_serving_graph.py.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -386,23 +385,3 @@ def test_an_unexpected_error_is_a_json_500_that_quotes_nothing(store):
 # -- real HTTP ---------------------------------------------------------------------------------------
 
 
-@contextmanager
-def serve_in_thread(app):
-    """The app under uvicorn on a socket we bound to a free port (so no race for the port)."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()

@@ -15,8 +15,8 @@ import pytest
 
 from corpusgraph.config import Config
 from tests.support.query_fixtures import REPO, make_engine
-from tests.unit.serving.test_serving import (LIVE_DOCS, QUESTION, SlowChat, _fake_embedding_endpoint, serve_in_thread, settings,
-                                     wait_ready)
+from tests.unit.serving.test_serving import (LIVE_DOCS, QUESTION, SlowChat, _fake_embedding_endpoint, settings, wait_ready)
+from tests.support.service_thread import serve_in_thread
 
 pytestmark = pytest.mark.unit
 

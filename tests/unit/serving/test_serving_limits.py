@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.support.query_fixtures import ScriptedChat, make_engine
-from tests.unit.serving.test_serving import QUESTION, running, serve_in_thread, settings, wait_ready
+from tests.unit.serving.test_serving import (QUESTION, running, settings, wait_ready)
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,8 @@ import pytest
 
 from corpusgraph.tables import TABLES, table_path
 from tests.support.query_fixtures import ScriptedChat, build_tiny_index, make_engine
-from tests.unit.serving.test_serving import QUESTION, serve_in_thread, settings, wait_ready
+from tests.unit.serving.test_serving import (QUESTION, settings, wait_ready)
+from tests.support.service_thread import serve_in_thread
 
 pytestmark = pytest.mark.unit
 
