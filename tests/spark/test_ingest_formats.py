@@ -90,13 +90,20 @@ def test_csv_through_spark_gives_the_records_of_the_pure_reader(spark, tmp_path)
     rows = "".join(f'{i},Row {i},"Line one of {i}.\nLine two, with ""quotes""."\n' for i in range(1, 40))
     (folder / "big.csv").write_text("id,title,text\n" + rows + "40,ragged\n")
     (folder / "header-only.csv").write_text("id,title,text\n")
+    # Header cells Spark refuses as attribute names, and CRLF line ends (found by tests/spark/test_ingest_fuzz.py).
+    (folder / "odd-header.csv").write_bytes(b"id,ship`s.name,text\r\n1,Aster,The Aster docks at dawn.\r\n")
+    (folder / "mixed-ends.csv").write_bytes(b"id,text\r1,Line one\nline two\r2,Three\r")
     ctx = _ctx(spark, tmp_path, [str(folder)])
     run_stage(ctx, "ingest")
     got = {r["source_uri"].rsplit("/", 1)[1]: r for r in _rows(ctx, "documents") + _rows(ctx, "quarantine")}
-    data = (folder / "big.csv").read_bytes()
-    pure = {r["source_uri"].rsplit("/", 1)[1]: r for r in parse_file(f"file:{folder}/big.csv", data, len(data),
-                                                                       IngestSection())}
+    pure = {}
+    for name in ("big.csv", "odd-header.csv", "mixed-ends.csv"):
+        data = (folder / name).read_bytes()
+        pure.update({r["source_uri"].rsplit("/", 1)[1]: r for r in parse_file(f"file:{folder}/{name}", data, len(data),
+                                                                                IngestSection())})
     assert set(pure) == set(got) - {"header-only.csv"}
+    assert got["mixed-ends.csv#1"]["text"] == "Line one\nline two"
+    assert "ship`s.name" in str(got["odd-header.csv#1"]["metadata"]) and got["odd-header.csv#1"]["metadata"] == pure["odd-header.csv#1"]["metadata"]
     assert all(got[k].get("text") == pure[k].get("text") and got[k].get("reason") == pure[k].get("reason") for k in pure)
     assert got["big.csv#L40"]["reason"] == "bad_record" and got["header-only.csv"]["reason"] == "empty"
 

@@ -288,3 +288,16 @@ def test_a_table_input_names_one_source():
     assert cfg.storage.schema_name == "kb"
     with pytest.raises(ConfigError):
         load_config(None, {"ingest.inputs": "[{table: a.b, txt: body}]"})
+
+
+def test_csv_rows_end_at_the_files_first_line_end_in_the_header_and_the_rows():
+    from corpusgraph.stages.ingest.tabular import csv_bytes_records, csv_header
+
+    data = b"id,title,text\r1,Quay,The quay opens.\r2,Lock only\r"
+    assert csv_header(data, "file:/x/a.csv", INLINE) == ["id", "title", "text"]
+    got = list(csv_bytes_records("file:/x/a.csv", data, INLINE))
+    assert [r.get("reason") for r in got] == [None, "bad_record"] and got[0]["text"] == "The quay opens."
+    # The first line end is the file's, as in Spark's reader: another \r or \n belongs to its cell.
+    mixed = b"id,text\r\n1,Line one\nline two\r\n2,Cut\rhere\r\n"
+    assert [r["text"] for r in csv_bytes_records("file:/x/m.csv", mixed, INLINE)] == ["Line one\nline two", "Cut\rhere"]
+    assert [r["text"] for r in csv_bytes_records("file:/x/n.csv", b"id,text\n1,A\rB\n", INLINE)] == ["A\rB"]

@@ -105,7 +105,7 @@ def _csv_parts(spark, sec: IngestSection, csvs: list[str], s3) -> list:
         groups.setdefault((tuple(names), tabular.csv_delimiter(uri, sec)), []).append(uri)
     parts = [_records_frame(spark, refused)] if refused else []
     for (names, sep), paths in groups.items():
-        schema = T.StructType([T.StructField(n, T.StringType()) for n in names]
+        schema = T.StructType([T.StructField(tabular.column_name(i), T.StringType()) for i in range(len(names))]
                               + [T.StructField(tabular.CORRUPT_COL, T.StringType())])
         rows = (spark.read.schema(schema).option("header", True).option("multiLine", True).option("escape", '"')
                 .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", tabular.CORRUPT_COL)

@@ -3,7 +3,8 @@
 Each row is one record, mapped like a JSON-lines record (files._from_mapping: the text, title and
 id fields, the access domain, the other columns as metadata). CSV files are read by Spark's CSV
 reader with multiLine on (quoted fields may hold newlines; a file is then never split, so its rows
-reach one task in order and are numbered there), all columns as strings, and a ragged row lands in
+reach one task in order and are numbered there; the first line end in a file is its line end, and
+another \\r or \\n is part of a cell, in both readers: see _line_rows), all columns as strings, and a ragged row lands in
 a corrupt-record column and goes to quarantine as `bad_record`. A row whose text or title decoded
 to U+FFFD is not in ingest.csv_encoding: `unsupported_encoding`. Table rows are named
 `delta:<table or path>#<id>`; an id is required, since a position means nothing across versions.
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
+import re
 from typing import Iterable, Iterator
 
 import pyarrow as pa
@@ -21,22 +24,63 @@ from corpusgraph.config import IngestSection, TableInput
 from corpusgraph.stages.ingest.records import PARSED_SCHEMA, _from_mapping, _record_uri, parsed_batches, refuse
 from corpusgraph.tables import spark_struct
 
-__all__ = ["csv_bytes_records", "csv_header", "csv_delimiter", "parse_csv_rows", "table_section", "parse_table_rows",
+__all__ = ["csv_bytes_records", "csv_header", "csv_delimiter", "column_name", "parse_csv_rows", "table_section", "parse_table_rows",
            "PATH_COL", "CORRUPT_COL", "DOMAIN_COL"]
 
 PATH_COL, CORRUPT_COL = "_cg_input_file", "_cg_corrupt"  # added by the reader; never a user column
 DOMAIN_COL = "access_domain"  # what _from_mapping reads a row's domain from
 
 
+def column_name(i: int) -> str:
+    """The name Spark's CSV reader gives column i. A header cell may hold anything (backticks,
+    dots, control characters) that Spark refuses as an attribute name, so the reader's columns are
+    named by position and _csv_records maps them back to the header's names."""
+    return f"_cg_c{i}"
+
+
 def csv_delimiter(uri: str, section: IngestSection) -> str:
     return section.csv_delimiter or ("\t" if uri.lower().endswith(".tsv") else ",")
+
+
+def _line_rows(text: str, delimiter: str) -> Iterator[list[str]]:
+    """csv.reader over `text`, with rows ended as Spark's CSV reader ends them: with multiLine on
+    it takes the first line end in the file (\\r\\n, \\r or \\n) as the file's and reads any
+    other \\r or \\n as part of a cell (checked with pyspark 4.2.0 on files of mixed line ends; one
+    difference is left: in a file whose line end is \\r, Spark drops a \\n that ends the file). The
+    standard library ends a row at any of them, so the others are swapped for characters the text
+    does not hold while it reads, and swapped back in the cells."""
+    first = next((i for i, ch in enumerate(text) if ch in "\r\n"), None)
+    if first is None:
+        yield from csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+        return
+    end = "\r\n" if text.startswith("\r\n", first) else text[first]
+    cr, lf = (chr(c) for c in _unused(text, 2))
+    if end == "\n":
+        text = text.replace("\r", cr)
+    elif end == "\r":
+        text = text.replace("\n", lf)
+    else:  # \r\n: a lone \r or \n is a cell's
+        text = re.sub("(?<!\r)\n", lf, re.sub("\r(?!\n)", cr, text))
+    for row in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter):
+        yield [c.replace(cr, "\r").replace(lf, "\n") for c in row]
+
+
+def _unused(text: str, n: int) -> list[int]:
+    """n private-use code points that do not occur in text."""
+    found = []
+    for code in itertools.chain(range(0xE000, 0xF900), range(0xF0000, 0xFFFFE), range(0x100000, 0x10FFFE)):
+        if chr(code) not in text:
+            found.append(code)
+            if len(found) == n:
+                return found
+    raise csv.Error("the text holds every private-use character")  # refused as a bad record by the callers
 
 
 def csv_header(head: bytes, uri: str, section: IngestSection) -> list[str] | None:
     """The column names of a CSV file from its first bytes (quoting and a BOM respected), or None."""
     text = head.decode(section.csv_encoding, "replace").lstrip("\ufeff")
     try:
-        row = next(csv.reader(io.StringIO(text), delimiter=csv_delimiter(uri, section)), None)
+        row = next(_line_rows(text, csv_delimiter(uri, section)), None)
     except csv.Error:
         return None
     return [c.strip() for c in row] if row and any(c.strip() for c in row) else None
@@ -59,7 +103,7 @@ def csv_bytes_records(uri: str, data: bytes, section: IngestSection) -> Iterator
     """A CSV file's bytes with the standard library (parse_file's path; the ingest step reads CSV
     with Spark's reader, which gives the same records)."""
     text = data.decode(section.csv_encoding, "replace").lstrip("\ufeff")
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=csv_delimiter(uri, section))
+    reader = _line_rows(text, csv_delimiter(uri, section))
     try:
         header = next(reader, None)
         if not header or not any(c.strip() for c in header):
@@ -92,8 +136,8 @@ def _csv_records(batches: Iterable[pa.RecordBatch], section: IngestSection, head
             if corrupt is not None:
                 fields = len(next(csv.reader([corrupt]), []))
                 rec = refuse(f"{path}#L{position}", "bad_record", f"row has {fields} fields, header has {len(header)}")
-            else:
-                rec = _mapped(path, row, position, section)
+            else:  # the reader's columns are positional (column_name); the header names come back here
+                rec = _mapped(path, {name: row[column_name(i)] for i, name in enumerate(header)}, position, section)
             rec["input_file"] = path
             yield rec
 
