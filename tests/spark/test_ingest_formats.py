@@ -6,6 +6,7 @@ carry the pages and sections that citations name."""
 
 from __future__ import annotations
 
+import gzip
 import re
 
 import pytest
@@ -93,16 +94,17 @@ def test_csv_through_spark_gives_the_records_of_the_pure_reader(spark, tmp_path)
     # Header cells Spark refuses as attribute names, and CRLF line ends (found by tests/spark/test_ingest_fuzz.py).
     (folder / "odd-header.csv").write_bytes(b"id,ship`s.name,text\r\n1,Aster,The Aster docks at dawn.\r\n")
     (folder / "mixed-ends.csv").write_bytes(b"id,text\r1,Line one\nline two\r2,Three\r")
+    (folder / "packed.csv").write_bytes(gzip.compress(b"id,title,text\n1,One,The first row.\n"))
     ctx = _ctx(spark, tmp_path, [str(folder)])
     run_stage(ctx, "ingest")
     got = {r["source_uri"].rsplit("/", 1)[1]: r for r in _rows(ctx, "documents") + _rows(ctx, "quarantine")}
     pure = {}
-    for name in ("big.csv", "odd-header.csv", "mixed-ends.csv"):
+    for name in ("big.csv", "odd-header.csv", "mixed-ends.csv", "packed.csv"):
         data = (folder / name).read_bytes()
         pure.update({r["source_uri"].rsplit("/", 1)[1]: r for r in parse_file(f"file:{folder}/{name}", data, len(data),
                                                                                 IngestSection())})
     assert set(pure) == set(got) - {"header-only.csv"}
-    assert got["mixed-ends.csv#1"]["text"] == "Line one\nline two"
+    assert got["mixed-ends.csv#1"]["text"] == "Line one\nline two" and got["packed.csv"]["reason"] == "binary"
     assert "ship`s.name" in str(got["odd-header.csv#1"]["metadata"]) and got["odd-header.csv#1"]["metadata"] == pure["odd-header.csv#1"]["metadata"]
     assert all(got[k].get("text") == pure[k].get("text") and got[k].get("reason") == pure[k].get("reason") for k in pure)
     assert got["big.csv#L40"]["reason"] == "bad_record" and got["header-only.csv"]["reason"] == "empty"

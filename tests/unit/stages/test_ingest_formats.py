@@ -301,3 +301,20 @@ def test_csv_rows_end_at_the_files_first_line_end_in_the_header_and_the_rows():
     mixed = b"id,text\r\n1,Line one\nline two\r\n2,Cut\rhere\r\n"
     assert [r["text"] for r in csv_bytes_records("file:/x/m.csv", mixed, INLINE)] == ["Line one\nline two", "Cut\rhere"]
     assert [r["text"] for r in csv_bytes_records("file:/x/n.csv", b"id,text\n1,A\rB\n", INLINE)] == ["A\rB"]
+
+
+def test_a_binary_file_under_a_csv_name_is_refused_whole():
+    import gzip
+    import random
+
+    from corpusgraph.stages.ingest.tabular import csv_bytes_records
+
+    packed = gzip.compress(b"id,text\n" + b"".join(b"%d,Row %d of the quay log.\n" % (i, i) for i in range(300)))
+    noise = random.Random(7).randbytes(300).replace(b"\x00", b"\x01")
+    for name, data in (("packed.csv", packed), ("noise.tsv", noise)):
+        (rec,) = list(csv_bytes_records(f"file:/x/{name}", data, INLINE))
+        assert rec["reason"] == "binary", (name, rec)
+    # One row in another encoding is that row's refusal, not the file's.
+    latin = b"id,text\n" + b"".join(b"%d,Row %d of the quay log.\n" % (i, i) for i in range(20)) + "21,Écluse réparée\n".encode("latin-1")
+    got = list(csv_bytes_records("file:/x/latin.csv", latin, INLINE))
+    assert len(got) == 21 and [r.get("reason") for r in got].count("unsupported_encoding") == 1

@@ -86,6 +86,10 @@ def _csv_parts(spark, sec: IngestSection, csvs: list[str], s3) -> list:
     refused = []
     for uri in csvs:
         head = ingest_pq.read_head(uri, _CSV_HEAD, s3)
+        why = tabular.binary_detail(head, sec)
+        if why:
+            refused.append(refuse(uri.replace("file:///", "file:/", 1), "binary", why))
+            continue
         header = tabular.csv_header(head, uri, sec)
         if header is None:
             refused.append(refuse(uri.replace("file:///", "file:/", 1), "empty", "no header row"))
@@ -111,7 +115,7 @@ def _csv_parts(spark, sec: IngestSection, csvs: list[str], s3) -> list:
                 .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", tabular.CORRUPT_COL)
                 .option("encoding", sec.csv_encoding).option("sep", sep).csv(paths)
                 .select("*", F.col("_metadata.file_path").alias(tabular.PATH_COL)))
-        parts.append(tabular.parse_csv_rows(rows, sec, list(names)))
+        parts.append(tabular.parse_csv_rows(rows, sec, list(names), sep))
     return parts
 
 

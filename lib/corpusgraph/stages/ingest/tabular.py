@@ -24,7 +24,7 @@ from corpusgraph.config import IngestSection, TableInput
 from corpusgraph.stages.ingest.records import PARSED_SCHEMA, _from_mapping, _record_uri, parsed_batches, refuse
 from corpusgraph.tables import spark_struct
 
-__all__ = ["csv_bytes_records", "csv_header", "csv_delimiter", "column_name", "parse_csv_rows", "table_section", "parse_table_rows",
+__all__ = ["csv_bytes_records", "binary_detail", "csv_header", "csv_delimiter", "column_name", "parse_csv_rows", "table_section", "parse_table_rows",
            "PATH_COL", "CORRUPT_COL", "DOMAIN_COL"]
 
 PATH_COL, CORRUPT_COL = "_cg_input_file", "_cg_corrupt"  # added by the reader; never a user column
@@ -99,9 +99,33 @@ def _mapped(uri: str, row: dict, position: int, section: IngestSection) -> dict:
     return _from_mapping(rid_uri, row, section)
 
 
+SNIFF_BYTES = 8192
+
+
+def binary_detail(head: bytes, section: IngestSection) -> str | None:
+    """Why a .csv/.tsv file is not delimited text (the reason is `binary`), or None. Judged on its
+    first SNIFF_BYTES decoded in ingest.csv_encoding: any NUL, or over 10% control characters and
+    undecodable bytes (a spreadsheet saved under a .csv name, a compressed file, random bytes). A
+    few rows in another encoding stay far under that and go to quarantine row by row as
+    `unsupported_encoding`. Both readers (this module's and the ingest step's, which reads the
+    file's head on the driver) ask this first, so they refuse the same files whole."""
+    text = head[:SNIFF_BYTES].decode(section.csv_encoding, "replace").lstrip("\ufeff")
+    if "\x00" in text:
+        return f"NUL characters in the first {SNIFF_BYTES} bytes (read as {section.csv_encoding})"
+    odd = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\f") or ch == "\x7f")
+    if text and odd / len(text) > 0.10:
+        return (f"{odd} of the first {len(text)} characters are control characters or not "
+                f"{section.csv_encoding}: not delimited text")
+    return None
+
+
 def csv_bytes_records(uri: str, data: bytes, section: IngestSection) -> Iterator[dict]:
     """A CSV file's bytes with the standard library (parse_file's path; the ingest step reads CSV
     with Spark's reader, which gives the same records)."""
+    why = binary_detail(data, section)
+    if why:
+        yield refuse(uri, "binary", why)
+        return
     text = data.decode(section.csv_encoding, "replace").lstrip("\ufeff")
     reader = _line_rows(text, csv_delimiter(uri, section))
     try:
@@ -125,7 +149,18 @@ def csv_bytes_records(uri: str, data: bytes, section: IngestSection) -> Iterator
         yield refuse(uri, "empty", "no rows under the header")
 
 
-def _csv_records(batches: Iterable[pa.RecordBatch], section: IngestSection, header: list[str]) -> Iterator[dict]:
+def _corrupt_detail(raw: str, delimiter: str, columns: int) -> str:
+    """Why Spark's reader put a row in the corrupt-record column, from the row's raw text (which may
+    hold line ends and stray quotes: it is read, never trusted to parse)."""
+    try:
+        fields = len(next(csv.reader(io.StringIO(raw, newline=""), delimiter=delimiter), []))
+    except csv.Error as exc:
+        return f"row does not parse as delimited text: {exc}"
+    return f"row has {fields} fields, header has {columns}"
+
+
+def _csv_records(batches: Iterable[pa.RecordBatch], section: IngestSection, header: list[str],
+                 delimiter: str) -> Iterator[dict]:
     seen: dict[str, int] = {}  # path -> rows so far (a multiLine file is read whole, in order, by one task)
     for batch in batches:
         for row in batch.to_pylist():
@@ -134,18 +169,18 @@ def _csv_records(batches: Iterable[pa.RecordBatch], section: IngestSection, head
             position = seen.get(path, 0) + 1
             seen[path] = position
             if corrupt is not None:
-                fields = len(next(csv.reader([corrupt]), []))
-                rec = refuse(f"{path}#L{position}", "bad_record", f"row has {fields} fields, header has {len(header)}")
+                rec = refuse(f"{path}#L{position}", "bad_record", _corrupt_detail(corrupt, delimiter, len(header)))
             else:  # the reader's columns are positional (column_name); the header names come back here
                 rec = _mapped(path, {name: row[column_name(i)] for i, name in enumerate(header)}, position, section)
             rec["input_file"] = path
             yield rec
 
 
-def parse_csv_rows(rows, section: IngestSection, header: list[str]):
-    """rows: Spark's CSV reader over files sharing `header`, all columns strings, with CORRUPT_COL
-    and PATH_COL (the step reads them; see runner/steps/ingest.py) -> PARSED rows."""
-    return rows.mapInArrow(lambda it: parsed_batches(_csv_records(it, section, header)), spark_struct(PARSED_SCHEMA))
+def parse_csv_rows(rows, section: IngestSection, header: list[str], delimiter: str):
+    """rows: Spark's CSV reader over files sharing `header` and `delimiter`, all columns strings,
+    with CORRUPT_COL and PATH_COL (the step reads them; see runner/steps/ingest.py) -> PARSED rows."""
+    return rows.mapInArrow(lambda it: parsed_batches(_csv_records(it, section, header, delimiter)),
+                           spark_struct(PARSED_SCHEMA))
 
 
 def table_section(section: IngestSection, table: TableInput) -> IngestSection:
