@@ -73,6 +73,10 @@ class Config:
     api_versions: tuple[str, ...] = ("2024-06-01", "2024-08-01-preview", "2024-10-21", "2025-04-01-preview")
     tokens: tuple[str, ...] = ()  # Azure: Entra ID tokens it takes
     context: int = 32_768  # vllm --max-model-len, llama.cpp n_ctx, Ollama num_ctx
+    # Hidden reasoning tokens a reasoning model spends before its answer, inside its
+    # max_completion_tokens; a limit they use up gives an empty answer, finish_reason "length"
+    # (platform.openai.com/docs/guides/reasoning, "Allocating space for reasoning").
+    reasoning_tokens: int = 0
     max_client_batch: int = 32  # TEI
 
 

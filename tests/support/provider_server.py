@@ -107,6 +107,19 @@ def completion(body: dict) -> dict:
             "usage": {"prompt_tokens": prompt, "completion_tokens": out, "total_tokens": prompt + out}}
 
 
+def reason(answer: dict, limit: int, hidden: int) -> None:
+    """`answer` as a reasoning model gives it: `hidden` reasoning tokens first, inside `limit`;
+    when they and the answer do not fit, the answer is empty and finish_reason is "length"."""
+    usage = answer["usage"]
+    if limit and hidden + usage["completion_tokens"] > limit:
+        answer["choices"][0].update(finish_reason="length", message={"role": "assistant", "content": ""})
+        spent, hidden = limit, min(hidden, limit)
+    else:
+        spent = hidden + usage["completion_tokens"]
+    usage.update(completion_tokens=spent, total_tokens=usage["prompt_tokens"] + spent,
+                 completion_tokens_details={"reasoning_tokens": hidden})
+
+
 def embeddings(body: dict) -> dict:
     texts = body.get("input")
     texts = texts if isinstance(texts, list) else [texts]
@@ -130,7 +143,10 @@ def make_app(cfg: Config, delay_s: float = 0.5) -> web.Application:
         refused = conf.judge(call(request, "chat", body), kind_of(body))
         if refused is not None:
             return web.json_response(refused[1], status=refused[0])
-        return web.json_response(completion(body))
+        answer = completion(body)
+        if cfg.reasoning_tokens and (request.match_info.get("deployment") or body.get("model")) in cfg.reasoning_models:
+            reason(answer, int(body.get("max_completion_tokens") or 0), cfg.reasoning_tokens)
+        return web.json_response(answer)
 
     async def embed(request: web.Request) -> web.Response:
         body = await request.json()
@@ -241,12 +257,13 @@ def main() -> None:
     p.add_argument("--api-versions", default=None, help="Azure: comma-separated dated api-versions it knows")
     p.add_argument("--tokens", default="", help="Azure: comma-separated Entra ID tokens it takes")
     p.add_argument("--context", type=int, default=32_768)
+    p.add_argument("--reasoning-tokens", type=int, default=0, help="hidden reasoning per answer of a reasoning model")
     p.add_argument("--delay-s", type=float, default=0.5, help="Batch API: seconds until a batch completes")
     a = p.parse_args()
     split = lambda v: tuple(x for x in v.split(",") if x)  # noqa: E731
     cfg = Config(a.profile, a.key, split(a.models), split(a.reasoning_models), split(a.no_system_models),
                  split(a.fine_tuned_models), split(a.api_versions) if a.api_versions else Config.api_versions,
-                 split(a.tokens), a.context)
+                 split(a.tokens), a.context, reasoning_tokens=a.reasoning_tokens)
     run_server(_serve(make_app(cfg, a.delay_s), a.port, a.profile == "azure_openai"))
 
 

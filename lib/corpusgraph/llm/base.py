@@ -65,6 +65,9 @@ class ChatResult:
     status: int | None = None
     error_code: str | None = None
     error_param: str | None = None
+    # Sent a second time with llm.reasoning_retry_tokens: the first answer's limit went on hidden
+    # reasoning (RequestShaper.widens); tokens_in/out count both calls.
+    widened: bool = False
 
 
 @runtime_checkable

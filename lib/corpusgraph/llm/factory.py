@@ -67,7 +67,8 @@ def chat_endpoint(llm: LLMSection, urls: list[str] | None = None) -> Endpoint:
                                  "reasoning models need: set llm.azure.api_version: v1 (or 2024-10-21 or later)")
             token_field = "max_tokens"
     shaper = RequestShaper(prof, model, reasoning=reasoning, reasoning_effort=llm.reasoning_effort,
-                           reasoning_budget_tokens=llm.reasoning_budget_tokens, drop=llm.drop_schema_keywords,
+                           reasoning_budget_tokens=llm.reasoning_budget_tokens,
+                           reasoning_retry_tokens=llm.reasoning_retry_tokens, drop=llm.drop_schema_keywords,
                            token_field=token_field)
     key = None if tokens is not None else llm.api_key
     return Endpoint(prof, route, key, tokens, model, reasoning, shaper)

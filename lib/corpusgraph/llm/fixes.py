@@ -65,8 +65,8 @@ _FIXES: list[tuple[_Test, str]] = [
      "the embeddings server takes fewer texts per request: set embeddings.profile: tei (32 per request) or lower "
      "embeddings.batch_size"),
     (lambda s, c, p, m: c == "empty",
-     "the answer came back empty: on a reasoning model raise llm.reasoning_budget_tokens (its limit covers its "
-     "hidden reasoning)"),
+     "the answer came back empty: on a reasoning model raise llm.reasoning_budget_tokens and "
+     "llm.reasoning_retry_tokens (its limit covers its hidden reasoning), or set llm.reasoning_effort lower"),
 ]
 
 

@@ -167,6 +167,11 @@ class OpenAIChatModel(EndpointClient):
         start = time.monotonic()
         try:
             result = await self._with_retries(clients, req)
+            if self.shaper.widens(result, req.max_tokens):  # its limit went on hidden reasoning
+                cut = result
+                result = await self._with_retries(clients, req, widened=True)
+                result.tokens_in, result.tokens_out = cut.tokens_in + result.tokens_in, cut.tokens_out + result.tokens_out
+                result.widened = True
         except Exception as exc:  # the contract: one bad request never loses the batch
             result = ChatResult(id=req.id, text=None, error=f"unexpected {type(exc).__name__}: {exc}")
         result.seconds = time.monotonic() - start
@@ -181,15 +186,15 @@ class OpenAIChatModel(EndpointClient):
                 pass  # the answer is still good; it will just be paid for again next run
         return result
 
-    async def _with_retries(self, clients: ClientSet, req: ChatRequest) -> ChatResult:
+    async def _with_retries(self, clients: ClientSet, req: ChatRequest, widened: bool = False) -> ChatResult:
         tripped = self._tripped(req)
         if tripped is not None:
             return tripped
         try:
-            body = self._body(req)
+            body = self._body(req, widened)
         except SchemaError as exc:  # the same for every request of this schema: a setting to change
             return ChatResult(id=req.id, text=None, error=f"not sent: {exc}", error_code="schema_limits")
-        cost = estimate_tokens(req.messages, self.shaper.answer_tokens(req.max_tokens),
+        cost = estimate_tokens(req.messages, self.shaper.answer_tokens(req.max_tokens, widened),
                                self._schema_chars(req.json_schema))
         attempts = self.max_retries + 1
         token_retried = False
@@ -291,8 +296,8 @@ class OpenAIChatModel(EndpointClient):
     def _key(self, req: ChatRequest) -> str:
         return request_key(self.model, req)
 
-    def _body(self, req: ChatRequest) -> dict[str, Any]:
-        return self.shaper.body(req)
+    def _body(self, req: ChatRequest, widened: bool = False) -> dict[str, Any]:
+        return self.shaper.body(req, widened)
 
 
 

@@ -124,6 +124,12 @@ async def astream_chat(model, req: ChatRequest, on_delta: Delta) -> ChatResult:
     clients = model._http.enter(model._new_client)
     try:
         result = await race_cancel(_with_retries(model, clients, req, progress), current_cancel())
+        shaper = getattr(model, "shaper", None)
+        if shaper is not None and not progress.pieces and shaper.widens(result, req.max_tokens):
+            cut = result  # nothing was shown: the hidden reasoning took the whole limit; once more, wider
+            result = await race_cancel(_with_retries(model, clients, req, progress, widened=True), current_cancel())
+            result.tokens_in, result.tokens_out = cut.tokens_in + result.tokens_in, cut.tokens_out + result.tokens_out
+            result.widened = True
     except Cancelled:
         result = progress.result(req, CANCELLED)
     finally:
@@ -153,8 +159,8 @@ async def _request_headers(model) -> dict[str, str] | None:
     return await auth() if auth is not None else None
 
 
-async def _with_retries(model, clients, req: ChatRequest, progress: _Progress) -> ChatResult:
-    body = {**model._body(req), "stream": True}
+async def _with_retries(model, clients, req: ChatRequest, progress: _Progress, widened: bool = False) -> ChatResult:
+    body = {**model._body(req, widened), "stream": True}
     if getattr(model, "stream_usage", True):
         body["stream_options"] = {"include_usage": True}
     cost = estimate_tokens(req.messages, req.max_tokens, model._schema_chars(req.json_schema))
@@ -227,12 +233,13 @@ def _result(req: ChatRequest, reader: ChunkReader, progress: _Progress) -> Strea
     error = reader.error
     if error is None and not reader.done and reader.finish_reason is None:
         error = "the stream ended before the answer did (no finish_reason, no [DONE])"
+    code = None
     if error is None and not text:
-        error = f"response has no content (finish_reason={reader.finish_reason})"
+        error, code = f"response has no content (finish_reason={reader.finish_reason})", "empty"
     if reader.usage is not None:
         tokens_in, tokens_out, estimated = reader.usage["prompt_tokens"], reader.usage["completion_tokens"], False
     else:
         tokens_in, tokens_out, estimated = _prompt_tokens(req), count_tokens(text), True
     return StreamedResult(id=req.id, text=text or None, tokens_in=tokens_in, tokens_out=tokens_out,
-                          finish_reason=reader.finish_reason, error=error, usage_estimated=estimated,
-                          ttft_s=progress.ttft_s)
+                          finish_reason=reader.finish_reason, error=error, error_code=code,
+                          usage_estimated=estimated, ttft_s=progress.ttft_s)

@@ -23,7 +23,7 @@ import json
 from collections import OrderedDict
 from typing import Any, Iterable
 
-from corpusgraph.llm.base import ChatRequest
+from corpusgraph.llm.base import ChatRequest, ChatResult
 from corpusgraph.llm.profiles import Profile, SchemaLimits, refuses_system_role
 
 __all__ = ["RequestShaper", "SchemaError", "shape_schema", "schema_violations", "rf_name"]
@@ -139,15 +139,19 @@ class RequestShaper:
     tokens, `reasoning_effort` sent when set). token_field: the profile's, unless the caller knows
     better (Azure before api-version 2024-09-01-preview has only max_tokens). drop: more schema
     keywords to remove (llm.drop_schema_keywords), for an endpoint refusing one the profile keeps.
+    reasoning_retry_tokens: the answer limit of a second try, for a reasoning model whose first
+    answer came back empty with its limit spent on hidden reasoning (see widens).
     """
 
     def __init__(self, profile: Profile, model: str, *, reasoning: bool = False, reasoning_effort: str | None = None,
-                 reasoning_budget_tokens: int = 0, drop: Iterable[str] = (), token_field: str | None = None) -> None:
+                 reasoning_budget_tokens: int = 0, reasoning_retry_tokens: int = 0, drop: Iterable[str] = (),
+                 token_field: str | None = None) -> None:
         self.profile = profile
         self.model = model
         self.reasoning = reasoning
         self.reasoning_effort = reasoning_effort
         self.budget = reasoning_budget_tokens if reasoning else 0
+        self.retry_tokens = reasoning_retry_tokens if reasoning else 0
         self.drop = tuple(sorted(set(drop)))
         self.token_field = token_field or profile.token_field
         self.merge_system = reasoning and refuses_system_role(model)
@@ -163,13 +167,13 @@ class RequestShaper:
         return f"RequestShaper({self.profile.name}, {self.model!r}, reasoning={self.reasoning})"
 
     # -- bodies ------------------------------------------------------------------------------------
-    def body(self, req: ChatRequest) -> dict[str, Any]:
-        """The /chat/completions body for `req`."""
+    def body(self, req: ChatRequest, widened: bool = False) -> dict[str, Any]:
+        """The /chat/completions body for `req`; widened: the second try's (see widens)."""
         messages = [dict(m) for m in req.messages]
         if self.merge_system:
             messages = _system_into_user(messages)
         body: dict[str, Any] = {"model": self.model, "messages": messages,
-                                self.token_field: self.answer_tokens(req.max_tokens)}
+                                self.token_field: self.answer_tokens(req.max_tokens, widened)}
         if not (self.reasoning and self.profile.name in ("openai", "azure_openai")):
             body["temperature"] = req.temperature
         if self.reasoning and self.reasoning_effort:
@@ -178,10 +182,22 @@ class RequestShaper:
             body["response_format"] = self.response_format(req.json_schema)
         return body
 
-    def answer_tokens(self, max_tokens: int) -> int:
+    def answer_tokens(self, max_tokens: int, widened: bool = False) -> int:
         """The completion budget sent: the request's, plus the reasoning budget on a reasoning
-        model (its max_completion_tokens covers the hidden reasoning too; docs/guides/reasoning)."""
-        return int(max_tokens) + self.budget
+        model (its max_completion_tokens covers the hidden reasoning too; docs/guides/reasoning);
+        on a widened second try, at least reasoning_retry_tokens."""
+        first = int(max_tokens) + self.budget
+        return max(first, self.retry_tokens) if widened else first
+
+    def widens(self, result: ChatResult, max_tokens: int) -> bool:
+        """Whether `result` is a reasoning model's answer cut to nothing by its limit (no content,
+        finish_reason "length": the hidden reasoning took every token) that a second try with
+        reasoning_retry_tokens would have room for. OpenAI's reasoning guide describes this answer
+        and suggests reserving about 25,000 tokens for reasoning and output when starting out; a
+        first limit that high would count against the tokens-per-minute limit on every request,
+        so only the cut ones are sent again."""
+        return (self.reasoning and result.error_code == "empty" and result.finish_reason == "length"
+                and self.retry_tokens > self.answer_tokens(max_tokens))
 
     def response_format(self, schema: dict[str, Any]) -> dict[str, Any]:
         held = self._by_id.get(id(schema))

@@ -82,6 +82,7 @@ class StageLLMSection(Section):
     reasoning: bool | None = Field(None, description="llm.reasoning.")
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(None, description="llm.reasoning_effort.")
     reasoning_budget_tokens: int | None = Field(None, ge=0, description="llm.reasoning_budget_tokens.")
+    reasoning_retry_tokens: int | None = Field(None, ge=0, description="llm.reasoning_retry_tokens.")
     context_window: int | None = Field(None, ge=512, description="llm.context_window.")
     drop_schema_keywords: list[str] | None = Field(None, description="llm.drop_schema_keywords.")
     concurrency: int | None = Field(None, ge=1, description="llm.concurrency.")

@@ -145,7 +145,12 @@ class LLMSection(Section):
         None, description="Sent as reasoning_effort to a reasoning model; null: the provider's default.")
     reasoning_budget_tokens: int = Field(2048, ge=0, description="Answer tokens added to every request's limit on a "
                                          "reasoning model, whose limit covers its hidden reasoning too; an answer "
-                                         "cut to nothing by it is reported by doctor.")
+                                         "cut to nothing by it is sent again with reasoning_retry_tokens.")
+    reasoning_retry_tokens: int = Field(25_000, ge=0, description="On a reasoning model, an answer that came back "
+                                        "empty because the hidden reasoning spent its whole limit (finish_reason "
+                                        "length) is sent once more with this answer limit (OpenAI's reasoning guide "
+                                        "suggests reserving about 25,000 tokens for reasoning and output when starting "
+                                        "out); both calls are paid and counted. 0: no second try.")
     context_window: int | None = Field(None, ge=512, description="The model's context window in tokens; null: the "
                                        "profile's (openai/azure 128,000; vllm 8,192; ollama 4,096, its default "
                                        "num_ctx; llama_cpp n_ctx). Context budgets are cut to fit it.")
