@@ -13,11 +13,10 @@ import pytest
 from aiohttp import web
 
 from corpusgraph.config import load_config
-from corpusgraph.llm.base import ChatRequest
+from corpusgraph.llm.base import ChatRequest, ChatResult
 from corpusgraph.llm.factory import open_chat_model
 from corpusgraph.llm.profiles import profile
 from corpusgraph.llm.shape import RequestShaper
-from corpusgraph.llm.base import ChatResult
 from tests.conftest import REPO
 from tests.support.aio_thread import AppThread
 from tests.support.provider_server import ProviderServer
