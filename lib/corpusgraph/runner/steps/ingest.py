@@ -86,9 +86,9 @@ def _csv_parts(spark, sec: IngestSection, csvs: list[str], s3) -> list:
     refused = []
     for uri in csvs:
         head = ingest_pq.read_head(uri, _CSV_HEAD, s3)
-        why = tabular.binary_detail(head, sec)
-        if why:
-            refused.append(refuse(uri.replace("file:///", "file:/", 1), "binary", why))
+        whole = tabular.head_refusal(head, sec)
+        if whole:
+            refused.append(refuse(uri.replace("file:///", "file:/", 1), *whole))
             continue
         header = tabular.csv_header(head, uri, sec)
         if header is None:

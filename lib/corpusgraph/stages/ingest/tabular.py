@@ -4,9 +4,10 @@ Each row is one record, mapped like a JSON-lines record (files._from_mapping: th
 id fields, the access domain, the other columns as metadata). CSV files are read by Spark's CSV
 reader with multiLine on (quoted fields may hold newlines; a file is then never split, so its rows
 reach one task in order and are numbered there; the first line end in a file is its line end, and
-another \\r or \\n is part of a cell, in both readers: see _line_rows), all columns as strings, and a ragged row lands in
-a corrupt-record column and goes to quarantine as `bad_record`. A row whose text or title decoded
-to U+FFFD is not in ingest.csv_encoding: `unsupported_encoding`. Table rows are named
+another \\r or \\n is part of a cell, in both readers: see _line_rows), all columns as strings, and a
+ragged row lands in a corrupt-record column and goes to quarantine as `bad_record`. A file that is
+not text is refused whole first (head_refusal). A row whose text or title decoded to U+FFFD is
+not in ingest.csv_encoding: `unsupported_encoding`. Table rows are named
 `delta:<table or path>#<id>`; an id is required, since a position means nothing across versions.
 """
 
@@ -24,8 +25,8 @@ from corpusgraph.config import IngestSection, TableInput
 from corpusgraph.stages.ingest.records import PARSED_SCHEMA, _from_mapping, _record_uri, parsed_batches, refuse
 from corpusgraph.tables import spark_struct
 
-__all__ = ["csv_bytes_records", "binary_detail", "csv_header", "csv_delimiter", "column_name", "parse_csv_rows", "table_section", "parse_table_rows",
-           "PATH_COL", "CORRUPT_COL", "DOMAIN_COL"]
+__all__ = ["csv_bytes_records", "head_refusal", "csv_header", "csv_delimiter", "column_name", "parse_csv_rows",
+           "table_section", "parse_table_rows", "PATH_COL", "CORRUPT_COL", "DOMAIN_COL"]
 
 PATH_COL, CORRUPT_COL = "_cg_input_file", "_cg_corrupt"  # added by the reader; never a user column
 DOMAIN_COL = "access_domain"  # what _from_mapping reads a row's domain from
@@ -102,29 +103,34 @@ def _mapped(uri: str, row: dict, position: int, section: IngestSection) -> dict:
 SNIFF_BYTES = 8192
 
 
-def binary_detail(head: bytes, section: IngestSection) -> str | None:
-    """Why a .csv/.tsv file is not delimited text (the reason is `binary`), or None. Judged on its
-    first SNIFF_BYTES decoded in ingest.csv_encoding: any NUL, or over 10% control characters and
-    undecodable bytes (a spreadsheet saved under a .csv name, a compressed file, random bytes). A
-    few rows in another encoding stay far under that and go to quarantine row by row as
-    `unsupported_encoding`. Both readers (this module's and the ingest step's, which reads the
-    file's head on the driver) ask this first, so they refuse the same files whole."""
+def head_refusal(head: bytes, section: IngestSection) -> tuple[str, str] | None:
+    """(reason, detail) when a .csv/.tsv file is refused whole, else None. Judged on its first
+    SNIFF_BYTES decoded in ingest.csv_encoding: any NUL, or over 10% control characters, is
+    `binary` (a spreadsheet saved under a .csv name, a compressed file, random bytes); over 10%
+    control characters and bytes not in the encoding together is `unsupported_encoding` for the
+    file (text in another encoding, named in the detail). A few rows in another encoding stay far
+    under that and go to quarantine row by row. Both readers (this module's, and the ingest
+    step's, which reads the file's head on the driver) ask this first, so they refuse the same
+    files whole."""
     text = head[:SNIFF_BYTES].decode(section.csv_encoding, "replace").lstrip("\ufeff")
     if "\x00" in text:
-        return f"NUL characters in the first {SNIFF_BYTES} bytes (read as {section.csv_encoding})"
-    odd = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\f") or ch == "\x7f")
-    if text and odd / len(text) > 0.10:
-        return (f"{odd} of the first {len(text)} characters are control characters or not "
-                f"{section.csv_encoding}: not delimited text")
+        return "binary", f"NUL characters in the first {SNIFF_BYTES} bytes (read as {section.csv_encoding})"
+    control = sum(1 for ch in text if (ch < " " and ch not in "\t\n\r\f") or ch == "\x7f")
+    if text and control / len(text) > 0.10:
+        return "binary", f"{control} of the first {len(text)} characters are control characters: not delimited text"
+    bad = text.count("\ufffd")
+    if text and (control + bad) / len(text) > 0.10:
+        return "unsupported_encoding", (f"{bad} of the first {len(text)} characters are not {section.csv_encoding}; "
+                                        "set ingest.csv_encoding")
     return None
 
 
 def csv_bytes_records(uri: str, data: bytes, section: IngestSection) -> Iterator[dict]:
     """A CSV file's bytes with the standard library (parse_file's path; the ingest step reads CSV
     with Spark's reader, which gives the same records)."""
-    why = binary_detail(data, section)
-    if why:
-        yield refuse(uri, "binary", why)
+    whole = head_refusal(data, section)
+    if whole:
+        yield refuse(uri, *whole)
         return
     text = data.decode(section.csv_encoding, "replace").lstrip("\ufeff")
     reader = _line_rows(text, csv_delimiter(uri, section))
