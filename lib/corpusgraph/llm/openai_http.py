@@ -25,7 +25,7 @@ from corpusgraph.llm.endpoints import Lease, estimate_tokens
 from corpusgraph.llm.http_common import EndpointClient, Fatal, Reply, Retryable, post, run_blocking
 from corpusgraph.llm.profiles import Profile, profile
 from corpusgraph.llm.routes import Route, TokenSource
-from corpusgraph.llm.shape import RequestShaper, SchemaError
+from corpusgraph.llm.shape import RequestShaper, SchemaError, after_widening
 
 __all__ = ["OpenAIChatModel", "request_body", "parse_completion_body", "BREAKER_AFTER"]
 
@@ -168,10 +168,7 @@ class OpenAIChatModel(EndpointClient):
         try:
             result = await self._with_retries(clients, req)
             if self.shaper.widens(result, req.max_tokens):  # its limit went on hidden reasoning
-                cut = result
-                result = await self._with_retries(clients, req, widened=True)
-                result.tokens_in, result.tokens_out = cut.tokens_in + result.tokens_in, cut.tokens_out + result.tokens_out
-                result.widened = True
+                result = after_widening(result, await self._with_retries(clients, req, widened=True))
         except Exception as exc:  # the contract: one bad request never loses the batch
             result = ChatResult(id=req.id, text=None, error=f"unexpected {type(exc).__name__}: {exc}")
         result.seconds = time.monotonic() - start

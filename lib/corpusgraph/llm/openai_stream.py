@@ -30,6 +30,7 @@ from corpusgraph.llm.base import ChatRequest, ChatResult, seconds_left
 from corpusgraph.llm.chat_cache import from_stored, lookup, stored
 from corpusgraph.llm.endpoints import estimate_tokens
 from corpusgraph.llm.http_common import Fatal, Reply, Retryable, retry_after, run_blocking, server_message
+from corpusgraph.llm.shape import after_widening
 from corpusgraph.llm.sse_lines import ChunkReader
 from corpusgraph.llm.streaming import CANCELLED, Cancelled, StreamedResult, current_cancel, race_cancel
 from corpusgraph.tokens import count_tokens
@@ -126,10 +127,9 @@ async def astream_chat(model, req: ChatRequest, on_delta: Delta) -> ChatResult:
         result = await race_cancel(_with_retries(model, clients, req, progress), current_cancel())
         shaper = getattr(model, "shaper", None)
         if shaper is not None and not progress.pieces and shaper.widens(result, req.max_tokens):
-            cut = result  # nothing was shown: the hidden reasoning took the whole limit; once more, wider
-            result = await race_cancel(_with_retries(model, clients, req, progress, widened=True), current_cancel())
-            result.tokens_in, result.tokens_out = cut.tokens_in + result.tokens_in, cut.tokens_out + result.tokens_out
-            result.widened = True
+            # Nothing was shown: the hidden reasoning took the whole limit. Once more, wider.
+            second = await race_cancel(_with_retries(model, clients, req, progress, widened=True), current_cancel())
+            result = after_widening(result, second)
     except Cancelled:
         result = progress.result(req, CANCELLED)
     finally:

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 from corpusgraph.llm.base import ChatRequest, ChatResult
 from corpusgraph.llm.profiles import Profile, SchemaLimits, refuses_system_role
 
-__all__ = ["RequestShaper", "SchemaError", "shape_schema", "schema_violations", "rf_name"]
+__all__ = ["RequestShaper", "after_widening", "SchemaError", "shape_schema", "schema_violations", "rf_name"]
 
 _MEMO = 64
 
@@ -199,6 +199,7 @@ class RequestShaper:
         return (self.reasoning and result.error_code == "empty" and result.finish_reason == "length"
                 and self.retry_tokens > self.answer_tokens(max_tokens))
 
+
     def response_format(self, schema: dict[str, Any]) -> dict[str, Any]:
         held = self._by_id.get(id(schema))
         if held is not None and held[0] is schema:
@@ -250,3 +251,11 @@ def _system_into_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             rest.insert(0, {"role": "user", "content": system})
     return rest
+
+
+def after_widening(cut: ChatResult, second: ChatResult) -> ChatResult:
+    """The second try's result, counting the cut first call's tokens too (both were paid)."""
+    second.tokens_in += cut.tokens_in
+    second.tokens_out += cut.tokens_out
+    second.widened = True
+    return second
