@@ -38,5 +38,5 @@ def register(sub) -> None:
                         "accepted or the provider's message and the setting that fixes it")
     add_config_options(sp)
     sp.add_argument("--kinds", help="comma-separated subset of: " + ", ".join(
-        ("extract", "summary", "report", "answer", "map", "rate", "judge", "embed")))
+        ("extract", "adjudicate", "summary", "report", "answer", "map", "rate", "judge", "embed")))
     sp.set_defaults(func=cmd_doctor)

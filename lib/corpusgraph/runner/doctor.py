@@ -1,6 +1,7 @@
 """`corpusgraph doctor` and the index's preflight: one tiny request of each kind a run makes, built
-by the real builders (the extraction pack schema, a report, a description summary, an answer, a
-global map and rating, an embedding), sent to each stage's endpoint and model with the cache off,
+by the real builders (the extraction pack schema, a resolution verdict, a report, a description
+summary, an answer, a global map and rating, an embedding; a gleaning round sends the extraction's
+schema and settings, so the extraction check covers it), sent to each stage's endpoint and model with the cache off,
 and a line per kind: accepted, or the provider's own message and the setting that fixes it
 (llm/fixes.py). Nothing is written anywhere.
 """
@@ -23,7 +24,7 @@ _TEXT = ("Halvard & Quist moved trailer R-77 from the Valencia hub to the Milan 
 _CONTEXT = ("Entities:\n- Halvard & Quist (ORGANIZATION): a freight forwarder\n- Milan hub (LOCATION): a depot\n"
             "Relationships:\n- Halvard & Quist -> Milan hub: runs the depot")
 # kind -> the stage whose endpoint and model it runs on
-KINDS = {"extract": "extract", "summary": "resolve", "report": "reports", "answer": "query", "map": "query",
+KINDS = {"extract": "extract", "adjudicate": "resolve", "summary": "resolve", "report": "reports", "answer": "query", "map": "query",
          "rate": "query", "judge": "judge", "embed": "embed"}
 
 
@@ -49,6 +50,14 @@ def _requests(cfg: Config, kind: str, llm: LLMSection) -> list[ChatRequest]:
         prompts = extract_identity(sec, cfg.prompt_path, llm.model)[0]
         # The largest pack the config makes: its schema is what a strict provider checks.
         return [build_pack_request("doctor-extract", [_TEXT] * sec.units_per_call, prompts, sec, llm.temperature)]
+    if kind == "adjudicate":
+        from corpusgraph.stages.resolve.llm import AdjudicateTask
+
+        task = AdjudicateTask(cfg.resolve, load_prompt(cfg.prompt_path(cfg.resolve.prompt_adjudicate)), llm.temperature)
+        return task.requests([{"a": "doctor-a", "b": "doctor-b", "score": 0.5,
+                               "a_name": "Milan hub", "a_type": "LOCATION", "a_desc": "A depot of Halvard & Quist.",
+                               "a_neighbours": "Halvard & Quist", "b_name": "Milan depot", "b_type": "LOCATION",
+                               "b_desc": "Where trailer R-77 arrived.", "b_neighbours": "Trailer R-77"}])
     if kind == "summary":
         from corpusgraph.stages.resolve.llm import SummariseTask
 
@@ -173,6 +182,8 @@ def run_kinds(cfg: Config, stages: list[str]) -> list[str]:
     kinds = []
     if "extract" in stages and cfg.extract.method == "llm":
         kinds.append("extract")
+    if "resolve" in stages and cfg.resolve.method == "similarity" and cfg.resolve.llm_adjudication:
+        kinds.append("adjudicate")
     if "resolve" in stages and cfg.resolve.summarise_descriptions:
         kinds.append("summary")
     if "reports" in stages:

@@ -45,8 +45,9 @@ def check(config, kinds=("extract", "answer")):
 
 def test_a_good_configuration_passes_every_kind(tmp_path, openai_server):
     checks, text = check(cfg(tmp_path, openai_server.base_url, **{"llm.profile": "openai"}),
-                         ("extract", "summary", "report", "answer", "map", "rate"))
+                         ("extract", "adjudicate", "summary", "report", "answer", "map", "rate"))
     assert all(c.ok for c in checks), text
+    assert [c.kind for c in checks][1] == "adjudicate"
     assert "gpt-test @ " in text and "[openai]" in text
 
 
