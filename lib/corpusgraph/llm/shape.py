@@ -199,7 +199,6 @@ class RequestShaper:
         return (self.reasoning and result.error_code == "empty" and result.finish_reason == "length"
                 and self.retry_tokens > self.answer_tokens(max_tokens))
 
-
     def response_format(self, schema: dict[str, Any]) -> dict[str, Any]:
         held = self._by_id.get(id(schema))
         if held is not None and held[0] is schema:

@@ -1,9 +1,9 @@
 """`corpusgraph doctor` and the index's preflight: one tiny request of each kind a run makes, built
 by the real builders (the extraction pack schema, a resolution verdict, a report, a description
 summary, an answer, a global map and rating, an embedding; a gleaning round sends the extraction's
-schema and settings, so the extraction check covers it), sent to each stage's endpoint and model with the cache off,
-and a line per kind: accepted, or the provider's own message and the setting that fixes it
-(llm/fixes.py). Nothing is written anywhere.
+schema and settings, so the extraction check covers it), sent to each stage's endpoint and model
+with the cache off, and a line per kind: accepted, or the provider's own message and the setting
+that fixes it (llm/fixes.py). Nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ _TEXT = ("Halvard & Quist moved trailer R-77 from the Valencia hub to the Milan 
 _CONTEXT = ("Entities:\n- Halvard & Quist (ORGANIZATION): a freight forwarder\n- Milan hub (LOCATION): a depot\n"
             "Relationships:\n- Halvard & Quist -> Milan hub: runs the depot")
 # kind -> the stage whose endpoint and model it runs on
-KINDS = {"extract": "extract", "adjudicate": "resolve", "summary": "resolve", "report": "reports", "answer": "query", "map": "query",
-         "rate": "query", "judge": "judge", "embed": "embed"}
+KINDS = {"extract": "extract", "adjudicate": "resolve", "summary": "resolve", "report": "reports", "answer": "query",
+         "map": "query", "rate": "query", "judge": "judge", "embed": "embed"}
 
 
 @dataclass

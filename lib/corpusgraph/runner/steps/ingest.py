@@ -85,19 +85,20 @@ def _csv_parts(spark, sec: IngestSection, csvs: list[str], s3) -> list:
     groups: dict[tuple, list[str]] = {}
     refused = []
     for uri in csvs:
+        named = uri.replace("file:///", "file:/", 1)  # as the other readers name a local file
         head = ingest_pq.read_head(uri, _CSV_HEAD, s3)
-        whole = tabular.head_refusal(head, sec)
-        if whole:
-            refused.append(refuse(uri.replace("file:///", "file:/", 1), *whole))
+        refusal = tabular.head_refusal(head, sec)
+        if refusal:
+            refused.append(refuse(named, *refusal))
             continue
         header = tabular.csv_header(head, uri, sec)
         if header is None:
-            refused.append(refuse(uri.replace("file:///", "file:/", 1), "empty", "no header row"))
+            refused.append(refuse(named, "empty", "no header row"))
             continue
         if len(head) < _CSV_HEAD:  # the whole file is in hand: a header without rows is refused here
             whole = list(tabular.csv_bytes_records(uri, head, sec))
             if len(whole) == 1 and whole[0].get("reason") == "empty":
-                refused.append(refuse(uri.replace("file:///", "file:/", 1), "empty", whole[0]["detail"]))
+                refused.append(refuse(named, "empty", whole[0]["detail"]))
                 continue
         names, seen = [], set()
         for i, col in enumerate(header):  # Spark needs distinct, non-empty names

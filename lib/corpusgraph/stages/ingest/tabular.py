@@ -43,6 +43,9 @@ def csv_delimiter(uri: str, section: IngestSection) -> str:
     return section.csv_delimiter or ("\t" if uri.lower().endswith(".tsv") else ",")
 
 
+_LINE_END = re.compile("\r\n|\r|\n")
+
+
 def _line_rows(text: str, delimiter: str) -> Iterator[list[str]]:
     """csv.reader over `text`, with rows ended as Spark's CSV reader ends them: with multiLine on
     it takes the first line end in the file (\\r\\n, \\r or \\n) as the file's and reads any
@@ -50,11 +53,11 @@ def _line_rows(text: str, delimiter: str) -> Iterator[list[str]]:
     difference is left: in a file whose line end is \\r, Spark drops a \\n that ends the file). The
     standard library ends a row at any of them, so the others are swapped for characters the text
     does not hold while it reads, and swapped back in the cells."""
-    first = next((i for i, ch in enumerate(text) if ch in "\r\n"), None)
+    first = _LINE_END.search(text)
     if first is None:
         yield from csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
         return
-    end = "\r\n" if text.startswith("\r\n", first) else text[first]
+    end = first.group()
     cr, lf = (chr(c) for c in _unused(text, 2))
     if end == "\n":
         text = text.replace("\r", cr)
