@@ -133,3 +133,14 @@ def test_a_request_over_the_models_window_is_warned_about(tmp_path):
     assert window_warnings(cfg(tmp_path, "http://127.0.0.1:11434/v1", **{"llm.profile": "ollama",
                                                                          "llm.context_window": "32768",
                                                                          "extract.max_tokens": "4000"})) == []
+
+
+def test_the_commands_kinds_option_names_exactly_the_kinds_doctor_checks():
+    # The parser lists them itself (registering the command imports no runner module); this keeps
+    # that list and runner/doctor.py's KINDS one list.
+    from corpusgraph.cli.main import build_parser
+    from corpusgraph.runner.doctor import KINDS
+
+    doctor = build_parser()._subparsers._group_actions[0].choices["doctor"]
+    (option,) = [a for a in doctor._actions if "--kinds" in a.option_strings]
+    assert option.help.split(": ", 1)[1].split(", ") == list(KINDS)
