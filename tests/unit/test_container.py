@@ -99,3 +99,13 @@ def test_compose_named_volumes_are_writable_folders_in_the_image():
     for path in mounts:
         assert DOCKERFILE.count(f"install -d -m 1777 {path}") == 2, path  # serve and full
 
+
+def test_container_tier_is_a_make_target_outside_the_default_tier():
+    markers = PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(m.startswith("container:") for m in markers)
+    makefile = (REPO / "Makefile").read_text()
+    target = re.search(r"^test-container:.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert target and "-m container" in target.group(1) and "test_container_images.py" in target.group(1)
+    test = (REPO / "tests" / "e2e" / "test_container_images.py").read_text()
+    assert "pytest.mark.slow" in test and "pytest.mark.container" in test  # `make test` runs -m "not slow"
+    assert "pytest.skip" not in test and "pytest.fail" in test  # no engine: a failure, never a skip
