@@ -54,7 +54,13 @@ RUN apt-get update -q \
 ENV CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF"
 RUN --mount=type=secret,id=ca,target=/run/build-ca/ca.pem \
     { [ ! -f /run/build-ca/ca.pem ] || export PIP_CERT=/run/build-ca/ca.pem SSL_CERT_FILE=/run/build-ca/ca.pem; } \
- && pip wheel --no-deps --wheel-dir /wheels pyspark==4.2.0 llama-cpp-python==0.3.36
+ && pip wheel --no-deps --wheel-dir /wheels llama-cpp-python==0.3.36
+# pyspark's sdist has no pyproject.toml, so bookworm's pip (23.0) would run its setup.py bdist_wheel in
+# this venv, which has no `wheel` (the first real build failed so): --use-pep517 builds it in an
+# isolated environment with current setuptools and wheel, as the Makefile's upgraded venv does.
+RUN --mount=type=secret,id=ca,target=/run/build-ca/ca.pem \
+    { [ ! -f /run/build-ca/ca.pem ] || export PIP_CERT=/run/build-ca/ca.pem SSL_CERT_FILE=/run/build-ca/ca.pem; } \
+ && pip wheel --no-deps --use-pep517 --wheel-dir /wheels pyspark==4.2.0
 
 FROM python-base AS serve
 # /cache (both images): compose's named volume for the service's cache. A new named volume takes the
