@@ -82,9 +82,11 @@ ENTRYPOINT ["corpusgraph"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8080"]
 
 FROM python-base AS full
+# libgomp1: llama.cpp's OpenMP runtime. The compilers brought it into the source-wheels stage; here
+# nothing did, and the bundled model failed to load (the first index run in this image found it).
 # hadolint ignore=DL3008
 RUN apt-get update -q \
- && apt-get install -y -q --no-install-recommends openjdk-17-jre-headless \
+ && apt-get install -y -q --no-install-recommends openjdk-17-jre-headless libgomp1 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=source-wheels /wheels/ /tmp/wheels/
 COPY --from=wheel /dist/ /tmp/dist/
