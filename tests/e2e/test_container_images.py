@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -46,9 +47,12 @@ class Engine:
     RUN steps and containers use chroot isolation, which shares the host's network)."""
 
     def __init__(self):
-        self.name = "docker" if shutil.which("docker") else "buildah" if shutil.which("buildah") else None
+        # A docker client without a daemon it can reach builds nothing (this machine has one such).
+        docker = shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+        self.name = "docker" if docker else "buildah" if shutil.which("buildah") else None
         if self.name is None:
-            pytest.fail("neither docker nor buildah is on PATH: `make test-container` needs a container engine")
+            pytest.fail("no container engine: neither a docker with a reachable daemon nor buildah; "
+                        "`make test-container` needs one")
         self.chroot = self.name == "buildah" and not (shutil.which("runc") or shutil.which("crun"))
 
     def _isolation(self) -> list[str]:
@@ -79,23 +83,29 @@ class Engine:
         if self.name == "docker":
             name = f"corpusgraph-test-{os.getpid()}-{time.monotonic_ns()}"
             other = ["--entrypoint", entry] if entry else []
-            proc = subprocess.Popen(["docker", "run", "--rm", "--name", name, "--network", "host", "--user", str(user),
+            # shm: Ray's object store, as compose.yaml's index job sizes it.
+            proc = subprocess.Popen(["docker", "run", "--rm", "--name", name, "--network", "host", "--shm-size", "2g",
+                                     "--user", str(user),
                                      *other, *vols, image, *args], stdout=log, stderr=subprocess.STDOUT)
             return Container(self, proc, name)
-        ctr = subprocess.run(["buildah", "from", image], capture_output=True, text=True, check=True).stdout.strip()
+        # buildah names the container's host after its id and leaves that name out of /etc/hosts
+        # (docker adds it): a fixed name that resolves, for the JVM's InetAddress.getLocalHost().
+        ctr = subprocess.run(["buildah", "from", "--add-host", "corpusgraph:127.0.0.1", image], capture_output=True,
+                             text=True, check=True).stdout.strip()
         config = self.config(image)
         entry = [entry] if entry else config.get("Entrypoint") or []  # buildah run takes the command whole
         workdir = config.get("WorkingDir") or "/"
-        proc = subprocess.Popen(["buildah", "run", *self._isolation(), "--user", str(user), "--workingdir", workdir,
+        proc = subprocess.Popen(["buildah", "run", *self._isolation(), "--hostname", "corpusgraph", "--user", str(user),
+                                 "--workingdir", workdir,
                                  *vols, ctr, "--", *entry, *args], stdout=log, stderr=subprocess.STDOUT)
         return Container(self, proc, ctr)
 
     def run(self, image: str, args: list[str], *, user: int = UID, mounts: list[str] = (),
-            entry: str | None = None) -> subprocess.CompletedProcess:
+            entry: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
         """As `start`, to the command's end; its exit status and output (stdout and stderr)."""
         container = self.start(image, args, user=user, mounts=list(mounts), log=subprocess.PIPE, entry=entry)
         try:
-            out, _ = container.proc.communicate(timeout=600)
+            out, _ = container.proc.communicate(timeout=timeout)
         finally:
             container.remove()
         return subprocess.CompletedProcess(args, container.proc.returncode, out.decode(), "")
@@ -230,18 +240,41 @@ def test_serve_image_answers_from_an_index_built_elsewhere(engine, tmp_path, scr
     assert "Finished server process" in text, text[-4000:]  # a graceful stop on SIGTERM
 
 
-def test_full_image_runs_its_entry_point(engine, tmp_path):
+def test_full_image_runs_its_entry_point_and_compose_index_job(engine, tmp_path):
     image = engine.build("full")
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     done = engine.run(image, ["--version"])
     assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == f"corpusgraph {version}", done.stdout
-    # `init` writes a project into a mounted folder, as the how-to's first command does.
-    out = tmp_path / "w"
-    out.mkdir()
-    out.chmod(0o777)
-    done = engine.run(image, ["init", "/w/project", "--sample"], mounts=[f"{out}:/w"])
-    assert done.returncode == 0, done.stdout
-    assert (out / "project" / "settings.yaml").is_file() and any((out / "project" / "input").iterdir())
     # The locked jars are in the image (fetched at build time, so no run needs the network).
     done = engine.run(image, ["setup", "--jars"])
     assert done.returncode == 0 and "nothing fetched" in done.stdout, done.stdout
+    # `init --sample` writes a project into a mounted folder, as the how-to's first command does.
+    out = tmp_path / "w"
+    out.mkdir()
+    out.chmod(0o777)
+    done = engine.run(image, ["init", "/w/sample", "--sample"], mounts=[f"{out}:/w"])
+    assert done.returncode == 0, done.stdout
+    assert (out / "sample" / "settings.yaml").is_file() and len(list((out / "sample" / "input").iterdir())) > 3
+    # compose's one-shot index job: the project on a volume at /project, the image's user, the
+    # bundled model for the reports and the answer (three documents, fast extraction: minutes).
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o777)
+    done = engine.run(image, ["init", "/project"], mounts=[f"{project}:/project"])
+    assert done.returncode == 0, done.stdout
+    for name in DOCUMENTS:
+        shutil.copy(SAMPLE / name, project / "input" / name)
+        (project / "input" / name).chmod(0o644)
+    done = engine.run(image, ["index", "--set", "extract.method=fast", "--set", "resolve.summarise_descriptions=false",
+                              "--set", "spark.master=local[2]", "--set", "spark.driver_memory=2g"],
+                      mounts=[f"{project}:/project"], timeout=2400)
+    assert done.returncode == 0, done.stdout[-5000:]
+    done = engine.run(image, ["query", "--method", "basic", "--json", "What happened at the Antwerp hub?"],
+                      mounts=[f"{project}:/project"], timeout=1200)
+    assert done.returncode == 0, done.stdout[-4000:]
+    # stdout and stderr come merged: the answer is the indented JSON object printed last.
+    start = re.search(r'^\{\n  "', done.stdout, re.M)
+    assert start, done.stdout[-4000:]
+    answer, _ = json.JSONDecoder().raw_decode(done.stdout, start.start())
+    assert answer["answer"].strip() and answer["citations"], answer
+    assert all(c["source_uri"].startswith("file:/project/input/") for c in answer["citations"]), answer["citations"]
