@@ -129,10 +129,12 @@ test-spark: setup
 	$(PYTEST) tests -m spark
 
 # Kill a Ray worker, a whole Ray worker node, the model server, the driver mid-stage; reruns must pay for nothing twice.
-# Run by .ci/run: 11.5-17 minutes on a 2-core machine at load average 3-16 (faults.json). The
-# timeout is per test (the clean run counts with the first): 2.5x the slowest one seen.
+# Also the driver killed mid-extract with the response cache off (test_durable_progress.py: what
+# the Parquet shards keep). Run by .ci/run: 11.5-17 minutes on a 2-core machine at load average
+# 3-16 (faults.json). The timeout is per test (the clean run counts with the first): 2.5x the
+# slowest one seen.
 test-faults: setup
-	$(PYTEST) tests/ray/test_faults.py -m slow --timeout 900
+	$(PYTEST) tests/ray/test_faults.py tests/ray/test_durable_progress.py -m slow --timeout 900
 
 # The distributed path on object storage: spark-submit of the whole index of 10,000 synthetic
 # documents against a standalone Spark master + worker, a Ray head + two worker nodes (one killed

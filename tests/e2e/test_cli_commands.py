@@ -5,8 +5,8 @@ report; the progress index prints, and Ray's and Spark's own progress output onl
 
 The index and the estimate are the session's shared sample index (tests/e2e/conftest.py:
 `corpusgraph index`, then `corpusgraph estimate`, over the freight sample with the scripted
-server); every other command but update reads it. The update test builds three sample documents
-of its own with `corpusgraph index` and adds a fourth. Each command's stdout and stderr are kept
+server); every other command but update reads it. The update test copies that index (tables, FAISS
+files, response cache) and adds a document of its own to the copy. Each command's stdout and stderr are kept
 under the session's tmp folder (logs/); `-s` prints each command's seconds.
 """
 
@@ -25,14 +25,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REFUSED, SAMPLE, SAMPLE_DOCUMENTS, sample_sets
+from tests.e2e.conftest import REFUSED, SAMPLE, SAMPLE_DOCUMENTS
 from tests.support.cli import Cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.ray]
 
-# Three sample documents that share hubs, carriers and trailers, and one held back for update.
-UPDATE_DOCS = ["valencia-weekly-2026-w12.md", "milan-weekly-2026-w14.md", "brightwater-email-2026-05.md"]
-HELD_BACK = "vistula-email-2026-05.md"
+# The document the update test adds to (a copy of) the sample index: it names a new carrier beside
+# a hub and a carrier the sample already has.
+NEW_NAME = "oderbruck-email-2026-06.md"
+NEW_DOCUMENT = """# Email: Oderbruck Freight takes over the Gdansk reefer run
+
+From: planning@halvard-quist.example
+Date: 2 June 2026
+
+Oderbruck Freight starts the weekly reefer run from the Gdansk hub to the Milan hub on 8 June 2026,
+taking it over from Brightwater Haulage after two late collections in May. Trailer R-91 is assigned.
+"""
 # Ray Data's operator progress ("MapBatches(_LLMWorker): 0/1", "Queued blocks: ...") and its INFO
 # lines, Spark's console progress bar ("[Stage 3:==>  (1 + 1) / 2]"): off unless --verbose.
 NOISE = ("MapBatches(_LLMWorker): ", "Running Dataset", "Starting execution of Dataset", "Queued blocks", "[Stage ")
@@ -260,27 +268,32 @@ def test_report_writes_one_html_page(cli, indexed):
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory, scripted_url):
-    """Three sample documents indexed by `corpusgraph index` into a warehouse of their own (the
-    shared index is read-only), with the shared index's settings."""
+def updatable(sample_index, tmp_path_factory):
+    """A copy of the shared sample index (warehouse, FAISS files, response cache) for `update` to
+    change: the shared one is read-only, and building another index for this test alone would cost
+    a whole `corpusgraph index`. Delta logs name their files relative to the table, so a copied
+    table is a table. The inputs are the shared index's own folder, read (never written) where its
+    documents' source_uri point, plus a folder of this test's for the new document."""
     root = tmp_path_factory.mktemp("cli-update")
-    small = Cli(root, sample_sets(root, scripted_url))
-    (root / "in").mkdir()
-    for name in UPDATE_DOCS:
-        shutil.copy(SAMPLE / name, root / "in" / name)
-    small("index")
-    return small
+    src = sample_index.cli.root
+    for name in ("wh", "idx", "cache"):
+        shutil.copytree(src / name, root / name)
+    (root / "new").mkdir()
+    sets = {**sample_index.sets, "storage.warehouse": str(root / "wh"), "storage.index_dir": str(root / "idx"),
+            "storage.cache_dir": str(root / "cache"), "ingest.inputs": f"[{sample_index.inputs}, {root / 'new'}]"}
+    return Cli(root, sets)
 
 
-def test_update_extracts_only_the_new_document_and_verbose_brings_ray_output_back(small):
-    before_units = small.table("text_units").num_rows
-    shutil.copy(SAMPLE / HELD_BACK, small.root / "in" / HELD_BACK)
-    done = small("update", "--verbose")
+def test_update_extracts_only_the_new_document_and_verbose_brings_ray_output_back(updatable):
+    before_units = updatable.table("text_units").num_rows
+    before_docs = updatable.table("documents").num_rows
+    (updatable.root / "new" / NEW_NAME).write_text(NEW_DOCUMENT)
+    done = updatable("update", "--verbose")
     rows = _summary_rows(done.stdout)
     assert done.stdout.splitlines()[0].endswith("(update)")  # the summary of an update run
-    new_units = small.table("text_units").num_rows - before_units
+    new_units = updatable.table("text_units").num_rows - before_units
     assert new_units > 0 and _row_value(rows["extract"], "sent") == new_units
-    assert small.table("documents").num_rows == len(UPDATE_DOCS) + 1
+    assert updatable.table("documents").num_rows == before_docs + 1
     # --verbose: Ray Data's own log lines are back beside corpusgraph's bars.
     assert "Starting execution of Dataset" in done.stderr
     assert re.search(r"^\[corpusgraph\] embed: (\d+)/\1 vectors \(100%\)", done.stderr, re.M)

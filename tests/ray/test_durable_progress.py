@@ -22,7 +22,9 @@ import pytest
 from tests.conftest import REPO
 from tests.ray.test_faults import STAGES, ScriptedServer, _config, _overrides, _run, _tables, _wait_for, _write_inputs
 
-pytestmark = [pytest.mark.ray, pytest.mark.spark]
+# In the fault suite (`make test-faults`, run by .ci/run), beside the other kills mid-stage: three
+# runs, two of them fresh `corpusgraph index` processes, the costliest test of the default tier.
+pytestmark = [pytest.mark.ray, pytest.mark.spark, pytest.mark.slow]
 
 CONCURRENCY, ACTORS = 2, 1
 # Rows an actor collects before writing a shard: a batch, max(8, llm.concurrency) (runner/passes/llm.py).

@@ -60,13 +60,15 @@ def _error(status: int, message: str) -> web.Response:
 
 def make_app(delay_s: float = 2.0, log_path: str | None = None, *,
              prefixes: tuple[tuple[str, str], ...] = (("/v1", "/v1/chat/completions"),), line_check=None,
-             create_check=None, own_routes: bool = True, middlewares=()) -> web.Application:
+             create_check=None, own_routes: bool = True, middlewares=(), answer=None) -> web.Application:
     """The emulator's app. The conformance servers (provider_server.py) reuse it with their own
     (route prefix, batch endpoint and line url) pairs (Azure: /openai with /chat/completions,
     /openai/v1 with /v1/chat/completions), a `line_check(body) -> (status, error body) | None` that
     refuses a line's body as the synchronous endpoint would (an error line), a
     `create_check(body)` for the batch's own settings, and no routes of their own (own_routes
-    False: no chat, control or stats here)."""
+    False: no chat, control or stats here), and an `answer(body, rid)` of their own for a line
+    (a reasoning model's, say; by default the scripted server's)."""
+    answer = answer or completion
     ids = itertools.count(1)
     files: dict[str, dict] = {}
     batches: dict[str, dict] = {}
@@ -185,7 +187,7 @@ def make_app(delay_s: float = 2.0, log_path: str | None = None, *,
                 note("failed", b["id"], cid, status)
             else:
                 out.append({"id": f"batch_req_{rid}", "custom_id": cid, "error": None, "response": {
-                    "status_code": 200, "request_id": rid, "body": completion(line["body"], f"chatcmpl-{rid}")}})
+                    "status_code": 200, "request_id": rid, "body": answer(line["body"], f"chatcmpl-{rid}")}})
                 note("answered", b["id"], cid)
                 stats["lines_answered"] += 1
         now = int(time.time())

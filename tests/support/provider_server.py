@@ -189,8 +189,15 @@ def make_app(cfg: Config, delay_s: float = 0.5) -> web.Application:
         # Azure's dated API lines name /chat/completions (AZURE_BATCH); its v1 API's the /v1 form (assumed)
         prefixes = (("/openai", "/chat/completions"), ("/openai/v1", "/v1/chat/completions")) if azure else \
             (("/v1", "/v1/chat/completions"),)
+        def line_answer(body: dict, rid: str) -> dict:
+            # A line's answer as the synchronous endpoint gives it, hidden reasoning included.
+            answer = batch_emulator.completion(body, rid)
+            if cfg.reasoning_tokens and body.get("model") in cfg.reasoning_models:
+                reason(answer, int(body.get("max_completion_tokens") or 0), cfg.reasoning_tokens)
+            return answer
+
         app = batch_emulator.make_app(delay_s, None, prefixes=prefixes, line_check=line_check, own_routes=False,
-                                      middlewares=[gate])
+                                      middlewares=[gate], answer=line_answer)
     else:
         app = web.Application(client_max_size=64 * 1024 * 1024)
     if azure:

@@ -20,7 +20,10 @@ Failures, per line, as the synchronous client treats them: a 429 or 5xx answer, 
 server never ran (expired or cancelled batch, missing from both files) or a model timeout is
 sent again in a new batch (only those lines), up to `max_retries` more batches; any other error
 (a 4xx, a 200 without an answer, a batch that failed validation) is an error result at once,
-which the stage records as a failed row, retried by the next run. An API that cannot be reached
+which the stage records as a failed row, retried by the next run. One exception, as the
+synchronous client makes it: a reasoning model's answer cut to nothing by its limit (the hidden
+reasoning spent it; RequestShaper.widens) goes once more in a batch of its own with
+llm.reasoning_retry_tokens, and its result counts the tokens of both lines. An API that cannot be reached
 while polling leaves the record live: the lines become error results and the next run resumes.
 """
 
@@ -42,7 +45,7 @@ from corpusgraph.llm.cache import ResponseCache
 from corpusgraph.llm.chat_cache import from_stored, lookup, request_key
 from corpusgraph.llm.profiles import profile
 from corpusgraph.llm.routes import Route, TokenSource, azure_uses_v1
-from corpusgraph.llm.shape import RequestShaper
+from corpusgraph.llm.shape import RequestShaper, after_widening
 
 __all__ = ["OpenAIBatchChatModel", "BatchRecords", "BatchAPIError", "ENDPOINT"]
 
@@ -86,6 +89,10 @@ class OpenAIBatchChatModel:
         self._reqs: dict[str, ChatRequest] = {}  # key -> request, for lines that may need resubmitting
         self._fresh: dict[str, ChatResult] = {}  # answers fetched here, not yet handed out (paid, not cached)
         self._failed: dict[str, ChatResult] = {}  # final errors, not yet handed out
+        # Lines sent (again) with the widened limit, and the cut first answers whose tokens their
+        # results will count (paid too).
+        self._wide: set[str] = set()
+        self._cut: dict[str, ChatResult] = {}
         self._seen: dict[str, tuple] = {}  # batch id -> last (status, counts) logged
         self.api = BatchAPI(self.base_url, self.route, api_key, tokens, timeout_s, max_retries)
 
@@ -122,6 +129,8 @@ class OpenAIBatchChatModel:
         finally:
             for key in wanted:
                 self._reqs.pop(key, None)
+                self._wide.discard(key)
+                self._cut.pop(key, None)
         return results  # type: ignore[return-value]
 
     def close(self) -> None:
@@ -175,6 +184,8 @@ class OpenAIBatchChatModel:
     def _submit(self, reqs: dict[str, ChatRequest], attempt: int) -> None:
         for chunk in self._chunks(reqs):
             rec = self.records.new(self.base_url, self.model, [k for k, _ in chunk], attempt)
+            if all(k in self._wide for k, _ in chunk):  # a rerun that adopts it widens none again
+                rec["widened"] = True
             try:
                 rec.update(state="uploaded", input_file_id=self._upload(rec["name"], b"".join(line for _, line in chunk)))
             except BatchAPIError as exc:  # nothing was submitted: the record has no further use
@@ -195,7 +206,7 @@ class OpenAIBatchChatModel:
         size = 0
         for key, req in reqs.items():
             line = (json.dumps({"custom_id": key, "method": "POST", "url": self.line_url,
-                                "body": self.shaper.body(req)},
+                                "body": self.shaper.body(req, widened=key in self._wide)},
                                ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
             if chunk and (len(chunk) >= self.max_lines or size + len(line) > self.max_bytes):
                 yield chunk
@@ -279,13 +290,23 @@ class OpenAIBatchChatModel:
         seconds = time.time() - float(rec.get("created") or time.time())
         ok: dict[str, ChatResult] = {}
         retry: dict[str, str] = {}
+        widen: dict[str, ChatRequest] = {}
         for key in rec["keys"]:
             verdict, res = line_outcome(key, lines.get(key), batch)
             res.seconds = seconds
+            wide = key in self._wide or bool(rec.get("widened"))
+            if wide and verdict != "retry":
+                # The second line's result counts the cut first one's tokens (a process that
+                # resumed this batch never saw the first: its tokens are in that run's llm_calls).
+                first = self._cut.pop(key, None)
+                res = after_widening(first, res) if first is not None else dataclasses.replace(res, widened=True)
             if verdict == "ok":
                 ok[key] = res
             elif verdict == "retry":
                 retry[key] = res.error or "no answer"
+            elif not wide and key in self._reqs and self.shaper.widens(res, self._reqs[key].max_tokens):
+                self._cut[key] = res
+                widen[key] = self._reqs[key]
             else:
                 self._failed[key] = res
         if ok and self.cache is not None:
@@ -298,6 +319,11 @@ class OpenAIBatchChatModel:
         self._done(rec, state_note=f"collected ({status})", status=status,
                    outcome={"ok": len(ok), "retry": len(retry), "failed": len(rec["keys"]) - len(ok) - len(retry)})
         self._resubmit(retry, int(rec.get("attempt") or 0) + 1, f"{batch.get('id')} ({status})")
+        if widen:
+            self._wide.update(widen)
+            self._log(f"batch {batch.get('id')}: {len(widen)} answers cut to nothing by the model's hidden reasoning "
+                      f"sent again with room for {self.shaper.retry_tokens} completion tokens")
+            self._submit(widen, int(rec.get("attempt") or 0))
 
     def _resubmit(self, retry: dict[str, str], attempt: int, what: str) -> None:
         """Send the lines that got no answer again, within max_retries more batches; lines this

@@ -81,6 +81,7 @@ class Profile:
     context_window: int  # tokens assumed when llm.context_window is not set
     max_embed_inputs: int  # texts one embeddings request may carry
     chat: bool = True  # serves chat completions (tei does not)
+    cuts_silently: bool = False  # a prompt over its window is cut without an error, not refused
 
 
 _OPENAI_LIMITS = SchemaLimits(properties=5000, depth=5, enum_values=1000, chars=120_000)
@@ -107,7 +108,8 @@ PROFILES: dict[str, Profile] = {
     # Ollama's /v1 takes max_tokens (-> num_predict) and no max_completion_tokens, and turns
     # json_schema.schema into its native `format`, ignoring `strict` (ollama openai/openai.go).
     # 4,096: its documented default num_ctx (docs/faq.mdx); longer prompts are cut silently.
-    "ollama": Profile("ollama", "json_schema", True, frozenset(), None, None, "max_tokens", "bearer", None, 4096, 2048),
+    "ollama": Profile("ollama", "json_schema", True, frozenset(), None, None, "max_tokens", "bearer", None, 4096, 2048,
+                      cuts_silently=True),
     # llama-cpp-python's server turns {"type": "json_object", "schema"} into a grammar
     # (llama_chat_format._grammar_for_response_format) and has no "json_schema" type; llama.cpp's
     # llama-server reads the same shape (tools/server/README.md). Its request is kept exactly as

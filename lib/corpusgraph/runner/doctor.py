@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from corpusgraph.config import Config, LLMSection
 from corpusgraph.llm.base import ChatModel, ChatRequest, ChatResult
 from corpusgraph.llm.fixes import fix_for
 
-__all__ = ["Check", "run_checks", "format_checks", "preflight", "window_warnings", "KINDS"]
+__all__ = ["Check", "run_checks", "format_checks", "preflight", "window_warnings", "silent_window_overflows",
+           "KINDS"]
 
 _TEXT = ("Halvard & Quist moved trailer R-77 from the Valencia hub to the Milan hub on 3 March. "
          "Giulia Sarti, the dock lead in Milan, said Brightwater Haulage collected it late.")
@@ -147,7 +147,17 @@ def run_checks(cfg: Config, kinds: list[str], url_for: Callable[[LLMSection], st
 def window_warnings(cfg: Config) -> list[str]:
     """Settings whose largest request passes the stage model's context window (prompt text
     allowance included): the server would refuse it, or (Ollama) cut it without a word."""
-    from corpusgraph.llm.factory import PROMPT_ALLOWANCE, context_window
+    return [text for text, _ in _window_overflows(cfg)]
+
+
+def silent_window_overflows(cfg: Config) -> list[str]:
+    """The window_warnings of stages whose endpoint cuts a longer prompt without an error (Ollama):
+    the preflight stops the run on these, since nothing later would show the damage."""
+    return [text for text, silent in _window_overflows(cfg) if silent]
+
+
+def _window_overflows(cfg: Config) -> list[tuple[str, bool]]:
+    from corpusgraph.llm.factory import PROMPT_ALLOWANCE, chat_endpoint, context_window
 
     out = []
     ex = cfg.extract
@@ -160,8 +170,10 @@ def window_warnings(cfg: Config) -> list[str]:
         llm = cfg.llm.for_stage(stage)
         window = context_window(llm)
         if want[0] + PROMPT_ALLOWANCE > window:
-            out.append(f"{stage}: {want[1]} = {want[0]} tokens plus about {PROMPT_ALLOWANCE} of prompt pass the "
-                       f"model's context window ({window}): set llm.context_window to the model's, or lower them")
+            silent = llm.backend in ("openai", "openai_batch") and chat_endpoint(llm).profile.cuts_silently
+            out.append((f"{stage}: {want[1]} = {want[0]} tokens plus about {PROMPT_ALLOWANCE} of prompt pass the "
+                        f"model's context window ({window}): set llm.context_window to the model's, or lower them"
+                        + (" (this endpoint cuts a longer prompt without an error)" if silent else ""), silent))
     return out
 
 
@@ -205,6 +217,10 @@ def preflight(cfg: Config, stages: list[str], url_for: Callable[[LLMSection], st
     log(f"preflight: one request of each kind ({', '.join(kinds)}) before the run pays for any")
     for warning in window_warnings(cfg):
         log(f"  warning: {warning}")
+    cut = silent_window_overflows(cfg)
+    if cut:
+        raise StageFailed("preflight", f"{cut[0]}; the run stops before paying for prompts that would be cut "
+                          "(llm.preflight: false skips this check)")
     checks = run_checks(cfg, kinds, url_for)
     for line in format_checks(checks).splitlines():
         log("  " + line)

@@ -269,7 +269,7 @@ class EmbeddingSection(Section):
                           "embedded again when this changes.")
     runtime: Literal["onnxruntime", "numpy"] = Field(
         "onnxruntime", description="bundled: onnxruntime runs a graph built from the shipped weights; numpy is the "
-        "exact reference forward pass, several times slower (tests/benchmarks/results/embedded.json).")
+        "exact reference forward pass, slower (tests/benchmarks/results/embedded.json).")
     int8: bool = Field(False, description="bundled, onnxruntime: int8 weights for most matmuls, faster; passages "
                        "stay close to the float32 vectors, short texts (names, titles) move more (both measured in "
                        "tests/benchmarks/results/embedded.json). false: float32, the reference's vectors.")

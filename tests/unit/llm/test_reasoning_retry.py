@@ -1,9 +1,10 @@
 """A reasoning model whose hidden reasoning spends its whole answer limit answers with nothing and
 finish_reason "length" (OpenAI's reasoning guide). The client sends such a request once more with
 llm.reasoning_retry_tokens and counts both calls' tokens; a model that is not a reasoning one, or
-a limit already that wide, is not sent again. Against the conformance server (which refuses what
-OpenAI refuses and spends --reasoning-tokens before each answer of a reasoning model) and, for
-streamed answers, a scripted SSE server on 127.0.0.1."""
+a limit already that wide, is not sent again; the Batch API client sends such lines again in a
+batch of their own, once. Against the conformance server (which refuses what OpenAI refuses and
+spends --reasoning-tokens before each answer of a reasoning model, a Batch API line's too) and,
+for streamed answers, a scripted SSE server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -117,3 +118,34 @@ def test_a_streamed_answer_cut_before_its_first_piece_is_streamed_again_wider(tm
         got = chat.stream(REQ, seen.append)
     assert limits == [64 + 2048, 25_000] and "".join(seen) == got.text == "Mara Voss" and got.widened
     assert got.tokens_out == 64 + 2048 + HIDDEN + 2
+
+
+def _batch_model(tmp_path, url, **over):
+    cfg = load_config(REPO / "conf" / "local.yaml", {
+        "storage.cache_dir": str(tmp_path / "cache"), "llm.backend": "openai_batch", "llm.api_base": url,
+        "llm.api_key": KEY, "llm.model": "o3", "llm.profile": "openai", "llm.max_retries": "0",
+        "llm.batch.poll_s": "0.2", **{k: str(v) for k, v in over.items()}})
+    return open_chat_model(cfg.llm, tmp_path / "cache", batch=True)
+
+
+def _batch_records(tmp_path) -> list[dict]:
+    return sorted((json.loads(p.read_text()) for p in (tmp_path / "cache" / "batches").glob("batch-*.json")),
+                  key=lambda r: r["created"])
+
+
+def test_a_batch_line_cut_to_nothing_goes_again_in_a_wider_batch_and_both_lines_are_counted(tmp_path, server):
+    before = server.stats()
+    (got,) = _batch_model(tmp_path, server.base_url).complete([REQ])
+    after = server.stats()
+    assert got.error is None and got.text and got.widened
+    assert got.tokens_out > 64 + 2048 + HIDDEN  # the cut line's limit, and the second's reasoning and answer
+    assert after["requests"] - before["requests"] == 2 and after["refused"] == before["refused"]
+    first, second = _batch_records(tmp_path)
+    assert first["keys"] == second["keys"] and not first.get("widened") and second["widened"]
+
+
+def test_a_batch_line_still_cut_when_wider_is_an_error_and_is_not_sent_a_third_time(tmp_path, server):
+    # Wider than the first limit (64 + 2,048), still short of the hidden reasoning and the answer.
+    (got,) = _batch_model(tmp_path, server.base_url, **{"llm.reasoning_retry_tokens": HIDDEN}).complete([REQ])
+    assert got.text is None and got.error_code == "empty" and got.finish_reason == "length" and got.widened
+    assert len(_batch_records(tmp_path)) == 2

@@ -133,3 +133,32 @@ def test_a_request_over_the_models_window_is_warned_about(tmp_path):
     assert window_warnings(cfg(tmp_path, "http://127.0.0.1:11434/v1", **{"llm.profile": "ollama",
                                                                          "llm.context_window": "32768",
                                                                          "extract.max_tokens": "4000"})) == []
+
+
+def test_a_prompt_ollama_would_cut_without_an_error_stops_the_run_before_any_request(tmp_path):
+    from corpusgraph.runner.doctor import preflight, silent_window_overflows, window_warnings
+
+    over = {"extract.max_tokens": "4000", "extract.pack_tokens": "1200"}
+    # Nothing listens on this port: the run must stop on the settings alone, before a request.
+    ollama = cfg(tmp_path, "http://127.0.0.1:9/v1", **{"llm.profile": "ollama", **over})
+    [cut] = silent_window_overflows(ollama)
+    assert "without an error" in cut and window_warnings(ollama) == [cut]
+    logged = []
+    with pytest.raises(StageFailed, match="would be cut") as stopped:
+        preflight(ollama, ["extract"], lambda section: None, logged.append)
+    assert "llm.context_window" in str(stopped.value) and not any("REFUSED" in line for line in logged)
+    # A server that refuses an over-long prompt (vLLM, with its window set small here) shows it
+    # loudly: the warning stays a warning.
+    vllm = cfg(tmp_path, "http://127.0.0.1:9/v1", **{"llm.profile": "vllm", "llm.context_window": "4096", **over})
+    assert window_warnings(vllm) and not silent_window_overflows(vllm)
+
+
+def test_the_commands_kinds_option_names_exactly_the_kinds_doctor_checks():
+    # The parser lists them itself (registering the command imports no runner module); this keeps
+    # that list and runner/doctor.py's KINDS one list.
+    from corpusgraph.cli.main import build_parser
+    from corpusgraph.runner.doctor import KINDS
+
+    doctor = build_parser()._subparsers._group_actions[0].choices["doctor"]
+    (option,) = [a for a in doctor._actions if "--kinds" in a.option_strings]
+    assert option.help.split(": ", 1)[1].split(", ") == list(KINDS)
