@@ -62,3 +62,50 @@ def test_build_context_leaves_out_environments_and_indexes():
     assert {".venv", "jars", "work", ".git"} <= ignored
     copied = {shlex.split(args)[0] for op, args in _instructions() if op == "COPY" and "--from=" not in args}
     assert not copied & ignored
+
+
+def test_image_fetches_the_makefiles_cytoscape_pin():
+    """The page's graph library is not in the build context (.dockerignore): the image fetches the
+    very tarball `make ui-vendor` pins, checked against the same integrity."""
+    makefile = (REPO / "Makefile").read_text()
+    version = re.search(r"^CYTOSCAPE := cytoscape@([\d.]+)$", makefile, re.M).group(1)
+    integrity = re.search(r"^CYTOSCAPE_INTEGRITY := (sha512-\S+)$", makefile, re.M).group(1)
+    assert f"registry.npmjs.org/cytoscape/-/cytoscape-{version}.tgz" in DOCKERFILE
+    assert f"want = '{integrity}'" in DOCKERFILE
+    assert "serving/ui/vendor" in (REPO / ".dockerignore").read_text().split()
+
+
+def test_every_download_step_takes_the_build_secrets():
+    """Behind a TLS-intercepting proxy the CA comes as a build secret (the Dockerfile's header): each
+    RUN that reaches PyPI or npm mounts `ca`, the one that runs Ivy (Java) mounts `java-cacerts`."""
+    runs = [args for op, args in _instructions() if op == "RUN"]
+    fetching = [r for r in runs if re.search(r"pip (install|wheel)|urlopen", r)]
+    assert len(fetching) >= 4
+    for run in fetching:
+        assert run.startswith("--mount=type=secret,id=ca,target=/run/build-ca/ca.pem"), run
+        assert "PIP_CERT=/run/build-ca/ca.pem" in run
+    ivy = [r for r in runs if "setup --jars" in r]
+    assert ivy and all(r.startswith("--mount=type=secret,id=java-cacerts,") for r in ivy)
+    # A bind mount over the system bundle breaks ca-certificates' own set-up: no step relies on one.
+    assert "PIP_CERT=/etc/ssl" not in DOCKERFILE
+
+
+def test_compose_named_volumes_are_writable_folders_in_the_image():
+    """A new named volume takes the owner and mode of the image's folder at its mount point; the
+    image makes each one 1777, so the service writes there as 10001 or as CORPUSGRAPH_UID."""
+    named = set(COMPOSE.get("volumes") or {})
+    mounts = {v.split(":")[1] for s in COMPOSE["services"].values() for v in s["volumes"] if v.split(":")[0] in named}
+    assert mounts
+    for path in mounts:
+        assert DOCKERFILE.count(f"install -d -m 1777 {path}") == 2, path  # serve and full
+
+
+def test_container_tier_is_a_make_target_outside_the_default_tier():
+    markers = PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(m.startswith("container:") for m in markers)
+    makefile = (REPO / "Makefile").read_text()
+    target = re.search(r"^test-container:.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert target and "-m container" in target.group(1) and "test_container_images.py" in target.group(1)
+    test = (REPO / "tests" / "e2e" / "test_container_images.py").read_text()
+    assert "pytest.mark.slow" in test and "pytest.mark.container" in test  # `make test` runs -m "not slow"
+    assert "pytest.skip" not in test and "pytest.fail" in test  # no engine: a failure, never a skip

@@ -78,8 +78,16 @@ def read_env_file(path: Path) -> dict[str, str]:
         return {}
     if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ConfigError(f"{path} holds keys but group or others can read it: chmod 600 {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except PermissionError:
+        # Met first in a container running as another user than the project's owner (compose.yaml's
+        # CORPUSGRAPH_UID): a traceback there said nothing of why.
+        owner = path.stat().st_uid
+        raise ConfigError(f"{path} is readable by its owner only (uid {owner}) and this process runs as uid "
+                          f"{os.getuid()}: run as uid {owner} (in compose.yaml: CORPUSGRAPH_UID={owner})") from None
     out = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +48,22 @@ def test_env_file_readable_by_others_or_malformed_is_refused(tmp_path):
         read_env_file(tmp_path / ".env")
     _write(tmp_path / ".env", "LLM_API_KEY x\n")
     with pytest.raises(ConfigError, match=":1: expected KEY=VALUE"):
+        read_env_file(tmp_path / ".env")
+
+
+def test_env_file_another_user_cannot_read_is_a_clear_error(tmp_path, monkeypatch):
+    # What a container running as another uid than the project's owner meets (a 0600 .env of
+    # someone else's); root reads any file, so the refusal the kernel would give is raised here.
+    _write(tmp_path / ".env", "LLM_API_KEY=x\n")
+    real = Path.read_text
+
+    def refused(self, *args, **kwargs):
+        if self.name == ".env":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refused)
+    with pytest.raises(ConfigError, match=rf"readable by its owner only \(uid {os.getuid()}\).*CORPUSGRAPH_UID={os.getuid()}"):
         read_env_file(tmp_path / ".env")
 
 
