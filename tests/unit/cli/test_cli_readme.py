@@ -22,9 +22,10 @@ PAGES = [REPO / "README.md"] + sorted(p for p in (REPO / "docs").rglob("*.md")
                                       if not (p.parent.name == "reference" and p.name in GENERATED))
 README = "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
 # Options of other programs that README quotes: neo4j-admin's ("Exporting the graph"), the
-# databricks CLI's and jobs/ray_on_spark.py's ("Databricks"), docker's (docs/how-to/docker.md), pip's (docs/how-to/install.md).
+# databricks CLI's and jobs/ray_on_spark.py's ("Databricks"), docker's and buildah's (docs/how-to/docker.md),
+# pip's (docs/how-to/install.md, docker.md).
 OTHER_TOOLS = {"--array-delimiter", "--multiline-fields", "--overwrite-destination", "--var", "--ray-workers",
-               "--build-arg", "--no-deps"}
+               "--build-arg", "--no-deps", "--secret", "--isolation", "--use-pep517"}
 PLACEHOLDERS = {"N": "2", "DIR": "/tmp/out", "F": "/tmp/keys", "A,B": "ops,finance", "a,b": "ingest,chunk", '"..."': "a question"}
 
 
@@ -69,11 +70,12 @@ def test_every_documented_command_line_parses(line):
 
 
 def test_every_backticked_option_exists_on_some_command():
-    known = set()
-    for sp in _subparsers(build_parser()).values():
+    parser = build_parser()
+    known = {o for action in parser._actions for o in action.option_strings}  # --version, --help
+    for sp in _subparsers(parser).values():
         for action in sp._actions:
             known.update(action.option_strings)
-    named = {m.group(1) for m in re.finditer(r"`(--[a-z][a-z-]*)", README)}
+    named = {m.group(1) for m in re.finditer(r"`(--[a-z][a-z0-9-]*)", README)}
     missing = sorted(named - known - OTHER_TOOLS)
     assert not missing, f"README names options no corpusgraph command has: {missing} (another program's? OTHER_TOOLS)"
 
