@@ -7,7 +7,8 @@ by `corpusgraph estimate` into the same warehouse. Every test that only reads an
 the commands (query, serve, tables, export, report, prompt-tune), the report page, the explore and
 estimate notebooks. It is read-only: the fixture checks at the end of the session that no table
 changed version. Tests that must build (a rerun that pays nothing, updates, the quickstart
-notebook) build corpora of three or four documents of their own.
+notebook) build corpora of three or four documents of their own; the CLI's update test updates a
+copy of this index.
 """
 
 from __future__ import annotations
