@@ -291,6 +291,8 @@ class OpenAIBatchChatModel:
         ok: dict[str, ChatResult] = {}
         retry: dict[str, str] = {}
         widen: dict[str, ChatRequest] = {}
+        if rec.get("widened"):  # adopted from an earlier run: a line sent again stays wide
+            self._wide.update(rec["keys"])
         for key in rec["keys"]:
             verdict, res = line_outcome(key, lines.get(key), batch)
             res.seconds = seconds
