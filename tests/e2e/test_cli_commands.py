@@ -16,17 +16,14 @@ import json
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import REFUSED, SAMPLE, SAMPLE_DOCUMENTS
 from tests.support.cli import Cli
+from tests.support.http_probe import free_port, http_json, wait_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.ray]
 
@@ -161,49 +158,22 @@ def test_query_auto_routes_and_says_why_in_plain_text(cli, indexed):
     assert out.count("Tokens: ") == 2 and "cost: $" in out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, body: dict | None = None):
-    """(status, headers (case-insensitive), JSON body) of a GET, or of a POST of `body`."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, resp.headers, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers, json.loads(exc.read() or b"{}")
-
-
 def test_serve_answers_readyz_and_queries_then_stops(cli, indexed):
-    port = _free_port()
+    port = free_port()
     log = open(cli.root / "serve.log", "w")
     service = subprocess.Popen(cli.argv("serve", "--port", str(port), "--log-level", "info"), cwd=cli.root,
                                env=cli.env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300  # a wait for start-up, not a measurement
-        while True:
-            assert service.poll() is None, (cli.root / "serve.log").read_text()[-4000:]
-            try:
-                status, _, ready = _get(f"{base}/readyz")
-                if status == 200:
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            assert time.monotonic() < deadline, "serve never became ready"
-            time.sleep(0.5)
+        ready = wait_ready(base, service, cli.root / "serve.log")
         assert set(ready["tables"]) >= {"entities", "text_units", "community_reports"}, ready
         a, b = _entity_names(cli)
-        status, headers, answer = _get(f"{base}/v1/query", {"question": f"What does {a} have to do with {b}?",
-                                                             "method": "local"})
+        status, headers, answer = http_json(f"{base}/v1/query", {"question": f"What does {a} have to do with {b}?",
+                                                                 "method": "local"})
         assert status == 200, answer
         assert answer["method"] == "local" and answer["citations"] and answer["coverage"]
         assert headers.get("X-Index-Version") == answer["index_version"] is not None
-        status, _, problem = _get(f"{base}/v1/query", {"question": "x", "method": "nonsense"})
+        status, _, problem = http_json(f"{base}/v1/query", {"question": "x", "method": "nonsense"})
         assert status == 422 and "method" in json.dumps(problem)
     finally:
         service.terminate()

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ import pytest
 
 from serving.ui import CYTOSCAPE_SHA256
 from tests.conftest import REPO
+from tests.support.http_probe import free_port, http_json, wait_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.container, pytest.mark.e2e]
 CORPUSGRAPH = Path(sys.executable).with_name("corpusgraph")
@@ -145,39 +145,9 @@ def engine() -> Engine:
     return Engine()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _http(url: str, body: dict | None = None) -> tuple[int, dict]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-
-
 def _llm_sets(url: str) -> list[str]:
     sets = {"llm.backend": "openai", "llm.api_base": url, "llm.model": "scripted", "llm.concurrency": "8"}
     return [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-
-
-def _wait_ready(base: str, container: Container, log: Path) -> dict:
-    deadline = time.monotonic() + 300  # a wait for start-up, not a measurement
-    while True:
-        assert container.proc.poll() is None, log.read_text()[-4000:]
-        try:
-            status, ready = _http(f"{base}/readyz")
-            if status == 200:
-                return ready
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        assert time.monotonic() < deadline, "the service in the container never became ready:\n" + log.read_text()[-4000:]
-        time.sleep(0.5)
 
 
 def test_serve_image_answers_from_an_index_built_elsewhere(engine, tmp_path, scripted_url):
@@ -203,7 +173,7 @@ def test_serve_image_answers_from_an_index_built_elsewhere(engine, tmp_path, scr
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o777)
     cache.chmod(0o777)
-    serve = ["serve", "--host", "127.0.0.1", "--port", str(_free_port()), "--log-level", "info",
+    serve = ["serve", "--host", "127.0.0.1", "--port", str(free_port()), "--log-level", "info",
              "--set", "storage.cache_dir=/cache", *_llm_sets(scripted_url)]
     mounts = [f"{project}:/project:ro", f"{cache}:/cache"]
     user = os.getuid()
@@ -220,16 +190,16 @@ def test_serve_image_answers_from_an_index_built_elsewhere(engine, tmp_path, scr
         container = engine.start(image, serve, user=user, mounts=mounts, log=log)
         base = f"http://127.0.0.1:{port}"
         try:
-            ready = _wait_ready(base, container, log_path)
+            ready = wait_ready(base, container.proc, log_path)
             assert set(ready["tables"]) >= {"entities", "text_units", "community_reports"}, ready
             question = "What happened at the Antwerp hub, and what did the customs audit find?"
-            status, context = _http(f"{base}/v1/context", {"question": question, "method": "basic"})
+            status, _, context = http_json(f"{base}/v1/context", {"question": question, "method": "basic"})
             assert status == 200 and context["units"], context
-            status, answer = _http(f"{base}/v1/query", {"question": question, "method": "local"})
+            status, _, answer = http_json(f"{base}/v1/query", {"question": question, "method": "local"})
             assert status == 200 and answer["answer"].strip() and answer["citations"], answer
             # Cited from the project's own input, as the index recorded it outside the container.
             assert {Path(c["source_uri"].removeprefix("file:")).name for c in answer["citations"]} <= set(DOCUMENTS)
-            status, page = _http(f"{base}/v1/communities")
+            status, _, page = http_json(f"{base}/v1/communities")
             assert status == 200 and page, page
             # The web page's graph library, fetched by the image's build (the repository has none).
             with urllib.request.urlopen(f"{base}/ui/vendor/cytoscape.min.js", timeout=60) as resp:
