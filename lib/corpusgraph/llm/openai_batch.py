@@ -296,7 +296,7 @@ class OpenAIBatchChatModel:
         for key in rec["keys"]:
             verdict, res = line_outcome(key, lines.get(key), batch)
             res.seconds = seconds
-            wide = key in self._wide or bool(rec.get("widened"))
+            wide = key in self._wide
             if wide and verdict != "retry":
                 # The second line's result counts the cut first one's tokens (a process that
                 # resumed this batch never saw the first: its tokens are in that run's llm_calls).
