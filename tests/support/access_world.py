@@ -9,6 +9,7 @@ these, so each checks the same things. Not a test module.
 from __future__ import annotations
 
 import json
+import re
 
 from tests.support.query_fixtures import VAULT_SECRETS
 
@@ -36,13 +37,18 @@ QUESTIONS = (
 HIDDEN_NAMES = ("Corvin", "Corvin Thale", "Zephyrine", "Obsidian", "cartel", "Port Keel", "vault")
 
 
+# A hidden id counts where it stands as a word of its own: ids such as "c0a" are also letters of
+# random hex (a trace's service.instance.id is a uuid4, in about one run of a hundred).
+_ID_PATTERNS = {i: re.compile(rf"(?<![0-9A-Za-z_]){re.escape(i)}(?![0-9A-Za-z_])") for i in HIDDEN_IDS}
+
+
 def leaks(text: str, asked: tuple[str, ...] = QUESTIONS) -> list[str]:
     """The vault strings and hidden ids in `text`, the caller's own questions removed first (an echo
     of the caller's words proves nothing)."""
     for question in asked:
         text = text.replace(question, "").replace(json.dumps(question)[1:-1], "")
     low = text.lower()
-    return [s for s in VAULT_SECRETS if s in low] + [i for i in HIDDEN_IDS if i in text]
+    return [s for s in VAULT_SECRETS if s in low] + sorted(i for i, p in _ID_PATTERNS.items() if p.search(text))
 
 
 def auth(key: str) -> dict[str, str]:
