@@ -202,14 +202,20 @@ def test_first_command_on_the_sample(tmp_path):
     """
     previous = os.environ.get("CORPUSGRAPH_BENCH_EMBEDDED_PREVIOUS") == "1"
     overrides = ["extract.glean_rounds=1", "embeddings.runtime=numpy", "query.global.dynamic=true"] if previous else []
-    log = REPO / "work" / f"bench-embedded-sample{'-previous' if previous else ''}.log"
+    # A same-machine reference run of other settings: CORPUSGRAPH_BENCH_EMBEDDED_SET="llm.threads=1"
+    # runs them and records the run as `sample_index_<CORPUSGRAPH_BENCH_EMBEDDED_AS>`.
+    extra = os.environ.get("CORPUSGRAPH_BENCH_EMBEDDED_SET", "").split()
+    name = os.environ.get("CORPUSGRAPH_BENCH_EMBEDDED_AS", "reference") if extra else None
+    overrides += extra
+    suffix = "-previous" if previous else f"-{name}" if name else ""
+    log = REPO / "work" / f"bench-embedded-sample{suffix}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     index_s, out = _cli(["index"], tmp_path, log, overrides)
     stages = _summary_seconds(out)
     server_log = tmp_path / "cache" / "embedded-server.log"  # llama.cpp's own timings, per request
     if server_log.is_file():
-        (REPO / "work" / f"bench-embedded-server{'-previous' if previous else ''}.log").write_bytes(server_log.read_bytes())
+        (REPO / "work" / f"bench-embedded-server{suffix}.log").write_bytes(server_log.read_bytes())
     answers, query_s = {}, {}
     for method, question in README_QUESTIONS:
         query_s[method], answers[method] = _cli(["query", "--method", method, question], tmp_path, log, overrides)
@@ -219,7 +225,7 @@ def test_first_command_on_the_sample(tmp_path):
               "answers": {k: v.strip()[-1500:] for k, v in answers.items()},
               "load_average_end": [round(x, 2) for x in os.getloadavg()],
               "measured": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    update_results("sample_index_previous" if previous else "sample_index", result)
+    update_results("sample_index_previous" if previous else f"sample_index_{name}" if name else "sample_index", result)
     print(json.dumps(result, indent=2))
     # The local answer must rest on the Milan staff list and the R-77 move (document names are
     # the sample's own); the global one must cite some reports.

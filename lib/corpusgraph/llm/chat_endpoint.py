@@ -40,7 +40,8 @@ class ChatEndpoint:
 
             if self._log is not None:
                 self._log(f"starting the embedded model server ({llm.model}, CPU)")
-            server = EmbeddedServer(n_ctx=llm.n_ctx, model_alias=llm.model, log_path=self.log_path)
+            server = EmbeddedServer(n_ctx=llm.n_ctx, model_alias=llm.model, log_path=self.log_path,
+                                    n_threads=llm.threads or None)
             server.start()
             self._server = server
         return self._server.base_url

@@ -58,7 +58,7 @@ def _default_threads() -> int:
         cores = len(os.sched_getaffinity(0))  # honours taskset/cgroup pinning, unlike cpu_count
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 2
-    return max(1, cores // 2)
+    return max(1, cores)
 
 
 def _kill_quietly(proc: "subprocess.Popen[bytes]") -> None:
@@ -73,11 +73,12 @@ class EmbeddedServer:
     """Context manager running `python -m llama_cpp.server` on a free localhost port.
 
     n_threads: threads for generation and for prompt processing (llama.cpp's n_threads and
-    n_threads_batch); None means half the usable cores, at least 1. llama.cpp's threads
-    spin while they wait for each other, so when the cores are shared (Spark, Ray, another
-    job) every extra thread hurts: on busy shared cores one thread for each answered an
-    extraction request faster than llama-cpp-python's default (one and two), and two for each
-    was at times many times slower.
+    n_threads_batch; `llm.threads`); None means every usable core. While an index runs on the
+    embedded model, the server is what works: the Ray actor waits on its answers and Spark
+    waits on Ray, so the server gets the cores (the sample's extraction requests on an idle
+    2-core machine with two threads and with one: tests/benchmarks/results/embedded.json).
+    llama.cpp's threads spin while they wait for each other, so on cores that other busy work
+    shares, fewer threads can be faster: set `llm.threads` there.
     """
 
     def __init__(
