@@ -68,7 +68,7 @@ def read_html(data: bytes, stem: str, min_chars: int) -> dict:
     text = ""
     if doc is not None and doc.body is not None:
         text = clean(_ESCAPE.sub(r"\1", xmltotxt(doc.body, include_formatting=True) or "")).strip()
-    if sum(1 for ch in text if not ch.isspace()) < min_chars:
+    if len("".join(text.split())) < min_chars:  # characters other than white space
         raise Unreadable("empty", f"main text of {len(text.strip())} characters < ingest.html_min_chars={min_chars}: "
                          "no main content found (login, consent or JavaScript-only page?)")
     facts = _head_facts(data)
