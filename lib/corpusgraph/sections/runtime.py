@@ -112,7 +112,8 @@ class LLMSection(Section):
     api_key: str | None = Field(None, description="Bearer key; use ${VAR} in YAML, never a literal secret.")
     n_ctx: int = Field(4096, description="Context window of the embedded server.")
     threads: int = Field(0, ge=0, description="Threads of the embedded server for generation and for prompt "
-                         "processing (llama.cpp's n_threads and n_threads_batch); 0: every usable core. "
+                         "processing (llama.cpp's n_threads and n_threads_batch); 0: every usable core (the "
+                         "process's CPU affinity, capped by a container's CPU quota). "
                          "llama.cpp's threads spin while they wait for each other, so on cores shared with "
                          "other busy work fewer can be faster; unused for other backends.")
     concurrency: int = Field(2, ge=1, description="Requests in flight per worker actor (over all its endpoints); "

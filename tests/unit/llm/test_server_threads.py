@@ -22,6 +22,12 @@ def _threads(cmd: list[str]) -> tuple[str, str]:
     return cmd[cmd.index("--n_threads") + 1], cmd[cmd.index("--n_threads_batch") + 1]
 
 
+@pytest.fixture(autouse=True)
+def no_cgroup_limit(tmp_path_factory, monkeypatch):
+    """The machine's own cgroup files stay out of these tests (a CI runner may have a CPU quota)."""
+    monkeypatch.setattr(server_mod, "_CGROUP", tmp_path_factory.mktemp("no-cgroup"))
+
+
 def test_by_default_every_usable_core_generates_and_reads_the_prompt(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     cmd = EmbeddedServer(log_path=tmp_path / "s.log").command(1234, Path("m.gguf"))
@@ -54,3 +60,38 @@ def test_the_endpoint_passes_llm_threads_to_the_server_it_starts(tmp_path, monke
 def test_llm_threads_refuses_a_negative_count():
     with pytest.raises(ValueError, match="threads"):
         LLMSection(backend="embedded", threads=-1)
+
+
+def _cgroup(root: Path, v2: str | None = None, v1: tuple[str, str] | None = None) -> Path:
+    if v2 is not None:
+        (root / "cpu.max").write_text(v2 + "\n")
+    if v1 is not None:
+        (root / "cpu").mkdir()
+        (root / "cpu" / "cpu.cfs_quota_us").write_text(v1[0] + "\n")
+        (root / "cpu" / "cpu.cfs_period_us").write_text(v1[1] + "\n")
+    return root
+
+
+@pytest.mark.parametrize("v2, v1, expected", [
+    ("200000 100000", None, 2),        # cgroup v2, --cpus 2
+    ("150000 100000", None, 1),        # --cpus 1.5: one whole CPU's worth
+    ("50000 100000", None, 1),         # under one CPU: still one thread
+    ("max 100000", None, 8),           # v2, no limit: the affinity
+    (None, ("300000", "100000"), 3),   # cgroup v1, --cpus 3
+    (None, ("-1", "100000"), 8),       # v1, no limit
+    (None, None, 8),                   # no cgroup files at all
+    ("1600000 100000", None, 8),       # a quota above the cores the process may run on
+    ("100000 0", None, 8),             # a period of 0 (no such cgroup): read as no limit
+])
+def test_a_containers_cpu_quota_caps_the_default(tmp_path, monkeypatch, v2, v1, expected):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    root = _cgroup(tmp_path, v2, v1)
+    assert server_mod._default_threads(root) == expected
+
+
+def test_an_unreadable_cpu_max_falls_back_to_cgroup_v1_and_then_to_no_limit(tmp_path):
+    both, empty = tmp_path / "both", tmp_path / "empty"
+    both.mkdir()
+    empty.mkdir()
+    assert server_mod.cgroup_cpu_limit(_cgroup(both, v2="garbage", v1=("200000", "100000"))) == 2.0
+    assert server_mod.cgroup_cpu_limit(_cgroup(empty, v2="")) is None
