@@ -190,8 +190,13 @@ class OnnxMiniLM:
         blob = _graph_bytes(model_dir, dim, int8, cache_dir)
         opts = ort.SessionOptions()
         # Threads inside one operator: the machine's cores, or what the caller was given (a Ray
-        # actor's num_cpus); 0 lets ONNX Runtime take every core. One operator at a time: the
-        # graph is a chain, so inter-op threads would only wait.
+        # actor's num_cpus); 0 lets ONNX Runtime take its default (the physical cores), except
+        # where a container's CPU quota allows fewer (llm/cores.py: its threads spin as they
+        # wait). One operator at a time: the graph is a chain, so inter-op threads would only wait.
+        if not threads:
+            from corpusgraph.llm.cores import quota_cap
+
+            threads = quota_cap() or 0
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

@@ -12,7 +12,6 @@ against the client's timeout.
 from __future__ import annotations
 
 import importlib.util
-import os
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 import httpx
+
+from corpusgraph.llm.cores import usable_cores
 
 __all__ = ["EmbeddedServer", "EmbeddedServerError", "find_bundled_gguf"]
 
@@ -53,39 +54,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-_CGROUP = Path("/sys/fs/cgroup")
-
-
-def cgroup_cpu_limit(root: Path | None = None) -> float | None:
-    """The CPUs this process's cgroup may use (a container's `--cpus`), or None where there is no
-    limit or no cgroup file to read. cgroup v2 writes it as "<quota> <period>" in cpu.max ("max"
-    when unlimited); v1 as cpu.cfs_quota_us (-1 when unlimited) over cpu.cfs_period_us."""
-    root = root or _CGROUP
-    try:
-        quota, period = (root / "cpu.max").read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError, ZeroDivisionError):
-        pass
-    try:
-        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
-    except (OSError, ValueError):
-        return None
-    return quota / period if quota > 0 and period > 0 else None
-
-
-def _default_threads(cgroup_root: Path | None = None) -> int:
-    """Every core this process may run on: its CPU affinity (taskset, cpuset), and no more whole
-    CPUs than its cgroup's quota gives (a container started with --cpus 2 on a 16-core host sees
-    16 cores in its affinity; 16 spinning threads on 2 CPUs' worth of time would crawl)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 2
-    limit = cgroup_cpu_limit(cgroup_root)
-    if limit is not None:
-        cores = min(cores, int(limit))
-    return max(1, cores)
+def _default_threads() -> int:
+    """Every core this process may use (llm/cores.py: its affinity, capped by a CPU quota)."""
+    return usable_cores()
 
 
 def _kill_quietly(proc: "subprocess.Popen[bytes]") -> None:

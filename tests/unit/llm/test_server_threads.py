@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from corpusgraph.config import LLMSection
+from corpusgraph.llm import cores
 from corpusgraph.llm import server as server_mod
 from corpusgraph.llm.chat_endpoint import ChatEndpoint
 from corpusgraph.llm.server import EmbeddedServer
@@ -25,7 +26,7 @@ def _threads(cmd: list[str]) -> tuple[str, str]:
 @pytest.fixture(autouse=True)
 def no_cgroup_limit(tmp_path_factory, monkeypatch):
     """The machine's own cgroup files stay out of these tests (a CI runner may have a CPU quota)."""
-    monkeypatch.setattr(server_mod, "_CGROUP", tmp_path_factory.mktemp("no-cgroup"))
+    monkeypatch.setattr(cores, "_CGROUP", tmp_path_factory.mktemp("no-cgroup"))
 
 
 def test_by_default_every_usable_core_generates_and_reads_the_prompt(tmp_path, monkeypatch):
@@ -86,12 +87,28 @@ def _cgroup(root: Path, v2: str | None = None, v1: tuple[str, str] | None = None
 def test_a_containers_cpu_quota_caps_the_default(tmp_path, monkeypatch, v2, v1, expected):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     root = _cgroup(tmp_path, v2, v1)
-    assert server_mod._default_threads(root) == expected
+    assert cores.usable_cores(root) == expected
+    assert cores.quota_cap(root) == (expected if expected < 8 else None)
 
 
 def test_an_unreadable_cpu_max_falls_back_to_cgroup_v1_and_then_to_no_limit(tmp_path):
     both, empty = tmp_path / "both", tmp_path / "empty"
     both.mkdir()
     empty.mkdir()
-    assert server_mod.cgroup_cpu_limit(_cgroup(both, v2="garbage", v1=("200000", "100000"))) == 2.0
-    assert server_mod.cgroup_cpu_limit(_cgroup(empty, v2="")) is None
+    assert cores.cgroup_cpu_limit(_cgroup(both, v2="garbage", v1=("200000", "100000"))) == 2.0
+    assert cores.cgroup_cpu_limit(_cgroup(empty, v2="")) is None
+
+
+@pytest.mark.parametrize("cpu_max, expected", [("100000 100000", 1), ("max 100000", 0)])
+def test_the_onnx_embedder_takes_the_quota_and_otherwise_its_runtimes_default(tmp_path, monkeypatch, cpu_max,
+                                                                                expected):
+    from corpusgraph.llm.minilm import find_model_dir
+    from corpusgraph.llm.minilm_onnx import OnnxMiniLM
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    (tmp_path / "cg").mkdir()
+    monkeypatch.setattr(cores, "_CGROUP", _cgroup(tmp_path / "cg", v2=cpu_max))
+    model = OnnxMiniLM(find_model_dir(), 384, threads=0, int8=False, cache_dir=tmp_path / "graphs")
+    assert model._session.get_session_options().intra_op_num_threads == expected
+    given = OnnxMiniLM(find_model_dir(), 384, threads=3, int8=False, cache_dir=tmp_path / "graphs")
+    assert given._session.get_session_options().intra_op_num_threads == 3
