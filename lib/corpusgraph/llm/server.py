@@ -73,8 +73,8 @@ class EmbeddedServer:
     n_threads: threads for generation and for prompt processing (llama.cpp's n_threads and
     n_threads_batch; `llm.threads`); None means every usable core. While an index runs on the
     embedded model, the server is what works: the Ray actor waits on its answers and Spark
-    waits on Ray, so the server gets the cores (the sample's extraction requests on an idle
-    2-core machine with two threads and with one: tests/benchmarks/results/embedded.json).
+    waits on Ray, so the server gets the cores (the README's first command on the sample with
+    two threads and with one, on 2 cores: tests/benchmarks/results/embedded.json).
     llama.cpp's threads spin while they wait for each other, so on cores that other busy work
     shares, fewer threads can be faster: set `llm.threads` there.
     """
