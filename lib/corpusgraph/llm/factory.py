@@ -16,8 +16,8 @@ from corpusgraph.llm.profiles import Profile, looks_like_reasoning_model, resolv
 from corpusgraph.llm.routes import Route, TokenSource, azure_version_at_least
 from corpusgraph.llm.shape import RequestShaper
 
-__all__ = ["open_chat_model", "client_limits", "Endpoint", "chat_endpoint", "embed_endpoint", "CACHE_FILE",
-           "context_window", "fit_context", "PROMPT_ALLOWANCE"]
+__all__ = ["open_chat_model", "client_limits", "Endpoint", "chat_endpoint", "endpoint_profile", "embed_endpoint",
+           "CACHE_FILE", "context_window", "fit_context", "PROMPT_ALLOWANCE"]
 
 # Tokens kept free in the window for a prompt's own text around its context (instructions, the
 # question, the schema): the report and answer prompts are under 600 tokens (conf/prompts).
@@ -131,6 +131,12 @@ def open_chat_model(llm: LLMSection, cache_dir: str | Path, base_url: str | None
     raise ValueError(f"unknown llm.backend {llm.backend!r}")
 
 
+def endpoint_profile(llm: LLMSection) -> Profile:
+    """The profile of the endpoint `llm` names, judged from its settings alone: a section with no
+    URL yet (the embedded server's, started later) is read with a placeholder one."""
+    return chat_endpoint(llm, llm.endpoint_urls() or ["http://unknown/v1"]).profile
+
+
 def context_window(llm: LLMSection) -> int:
     """The model's context window: llm.context_window, else the embedded server's n_ctx, else the
     profile's (llm/profiles.py states where each comes from)."""
@@ -138,7 +144,7 @@ def context_window(llm: LLMSection) -> int:
         return llm.context_window
     if llm.backend == "embedded":
         return llm.n_ctx
-    return chat_endpoint(llm, llm.endpoint_urls() or ["http://unknown/v1"]).profile.context_window
+    return endpoint_profile(llm).context_window
 
 
 def fit_context(budget: int, llm: LLMSection, answer_tokens: int) -> int:

@@ -157,7 +157,7 @@ def silent_window_overflows(cfg: Config) -> list[str]:
 
 
 def _window_overflows(cfg: Config) -> list[tuple[str, bool]]:
-    from corpusgraph.llm.factory import PROMPT_ALLOWANCE, chat_endpoint, context_window
+    from corpusgraph.llm.factory import PROMPT_ALLOWANCE, context_window, endpoint_profile
 
     out = []
     ex = cfg.extract
@@ -170,8 +170,7 @@ def _window_overflows(cfg: Config) -> list[tuple[str, bool]]:
         llm = cfg.llm.for_stage(stage)
         window = context_window(llm)
         if want[0] + PROMPT_ALLOWANCE > window:
-            silent = (llm.backend in ("openai", "openai_batch")
-                      and chat_endpoint(llm, llm.endpoint_urls() or ["http://unknown/v1"]).profile.cuts_silently)
+            silent = llm.backend in ("openai", "openai_batch") and endpoint_profile(llm).cuts_silently
             out.append((f"{stage}: {want[1]} = {want[0]} tokens plus about {PROMPT_ALLOWANCE} of prompt pass the "
                         f"model's context window ({window}): set llm.context_window to the model's, or lower them"
                         + (" (this endpoint cuts a longer prompt without an error)" if silent else ""), silent))
