@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from corpusgraph.llm.cores import quota_cap
+
 __all__ = ["build_graph", "OnnxMiniLM"]
 
 # Part of a cached graph's file name: change it whenever build_graph or _quantize changes what
@@ -194,8 +196,6 @@ class OnnxMiniLM:
         # where a container's CPU quota allows fewer (llm/cores.py: its threads spin as they
         # wait). One operator at a time: the graph is a chain, so inter-op threads would only wait.
         if not threads:
-            from corpusgraph.llm.cores import quota_cap
-
             threads = quota_cap() or 0
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1

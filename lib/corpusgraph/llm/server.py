@@ -54,11 +54,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _default_threads() -> int:
-    """Every core this process may use (llm/cores.py: its affinity, capped by a CPU quota)."""
-    return usable_cores()
-
-
 def _kill_quietly(proc: "subprocess.Popen[bytes]") -> None:
     # Runs at interpreter exit for a server nobody stopped. A driver killed by SIGKILL runs
     # nothing, and its server is orphaned: the log names its command line to find it by.
@@ -134,7 +129,7 @@ class EmbeddedServer:
             "--port", str(port),
             "--n_ctx", str(self.n_ctx),
         ]
-        threads = self.n_threads or _default_threads()
+        threads = self.n_threads or usable_cores()  # llm/cores.py: the affinity, capped by a CPU quota
         cmd += ["--n_threads", str(threads), "--n_threads_batch", str(threads)]
         return cmd + self.extra_args
 
