@@ -63,7 +63,9 @@ def _kill_quietly(proc: "subprocess.Popen[bytes]") -> None:
 
 
 class EmbeddedServer:
-    """Context manager running `python -m llama_cpp.server` on a free localhost port.
+    """Context manager running llama-cpp-python's server on a free localhost port, through
+    `python -m corpusgraph.llm.llama_serve` (llm/llama_serve.py: the same server, with greedy
+    grammar sampling that checks the chosen token before the whole vocabulary; same answers).
 
     n_threads: threads for generation and for prompt processing (llama.cpp's n_threads and
     n_threads_batch; `llm.threads`); None means every usable core. While an index runs on the
@@ -122,7 +124,7 @@ class EmbeddedServer:
 
     def command(self, port: int, gguf: Path) -> list[str]:
         cmd = [
-            sys.executable, "-m", "llama_cpp.server",
+            sys.executable, "-m", "corpusgraph.llm.llama_serve",
             "--model", str(gguf),
             "--model_alias", self.model,
             "--host", "127.0.0.1",
