@@ -18,6 +18,7 @@ are only as quiet as the machine was (the load average at the start and end is r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -130,6 +131,69 @@ def test_embed_runtimes(tmp_path):
     # every document and title; int8 (opt-in) is recorded, and held to it for documents only.
     assert out[chosen]["min_cosine_passages"] > 0.99 and out[chosen]["min_cosine_titles"] > 0.99, out[chosen]
     assert out["onnxruntime_int8"]["min_cosine_passages"] > 0.99, out["onnxruntime_int8"]
+
+
+# --- The model server's grammar sampler --------------------------------------------------------
+
+SAMPLER_UNITS = 12
+
+
+@pytest.mark.llm
+def test_grammar_sampler_on_the_sample(tmp_path):
+    """The embedded server with llama-cpp-python's own grammar sampler (the reference:
+    CORPUSGRAPH_LLAMA_SAMPLER=stock) and with llm/llama_serve.py's check of the chosen token
+    first (the default), both started in this run: the extraction requests of the first
+    SAMPLER_UNITS sample documents with conf/local.yaml's settings (one unit each, as the
+    bundled config sends them), each posted to one server and then the other, one request at a
+    time over HTTP as the client does, no cache.
+    Records each server's seconds and whether every answer is the same text."""
+    import httpx
+
+    from corpusgraph.config import load_config
+    from corpusgraph.llm.profiles import PROFILES
+    from corpusgraph.llm.server import EmbeddedServer
+    from corpusgraph.llm.shape import RequestShaper
+    from corpusgraph.stages.extract.llm import build_request, extract_identity
+
+    cfg = load_config(REPO / "conf" / "local.yaml", {})
+    prompts, _, _ = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.model)
+    docs = sorted((REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs").glob("*.md"))[:SAMPLER_UNITS]
+    shaper = RequestShaper(PROFILES["llama_cpp"], cfg.llm.model)
+    bodies = [shaper.body(build_request(d.name, d.read_text(), prompts, cfg.extract)) for d in docs]
+    samplers = ("stock", "check_first")
+    runs = {k: {"seconds": [], "texts": [], "answer_tokens": 0} for k in samplers}
+    with contextlib.ExitStack() as stack:
+        servers = {k: stack.enter_context(EmbeddedServer(
+            log_path=tmp_path / f"{k}.log", model_alias=cfg.llm.model, n_ctx=cfg.llm.n_ctx,
+            env={**os.environ, "CORPUSGRAPH_LLAMA_SAMPLER": "stock" if k == "stock" else ""})) for k in samplers}
+        client = stack.enter_context(httpx.Client(timeout=900))
+        for i, body in enumerate(bodies):
+            # Both servers are up, one works at a time; which goes first alternates, so that a
+            # slower minute of the machine falls on both.
+            for k in samplers if i % 2 == 0 else samplers[::-1]:
+                started = time.perf_counter()
+                answer = client.post(f"{servers[k].base_url}/chat/completions", json=body).raise_for_status().json()
+                runs[k]["seconds"].append(time.perf_counter() - started)
+                runs[k]["texts"].append(answer["choices"][0]["message"]["content"])
+                runs[k]["answer_tokens"] += answer["usage"]["completion_tokens"]
+    for run in runs.values():
+        run["per_request_s"] = [round(x, 2) for x in run["seconds"]]
+        run["seconds"] = round(sum(run["seconds"]), 1)
+    same = runs["stock"]["texts"] == runs["check_first"]["texts"]
+    result = {
+        "requests": len(bodies), "what": "extraction requests of the first sample documents (conf/local.yaml), "
+        "each to both servers in turn (alternating which first), one at a time over HTTP",
+        "stock_s": runs["stock"]["seconds"], "check_first_s": runs["check_first"]["seconds"],
+        "speedup": round(runs["stock"]["seconds"] / runs["check_first"]["seconds"], 3),
+        "answer_tokens": {k: v["answer_tokens"] for k, v in runs.items()},
+        "per_request_s": {k: v["per_request_s"] for k, v in runs.items()},
+        "same_answers": same,
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    update_results("grammar_sampler", result)
+    print(json.dumps(result, indent=2))
+    assert same, "the check-first sampler changed an answer"
 
 
 # --- The first command and the dev builds ------------------------------------------------------
