@@ -87,6 +87,8 @@ def test_schema_constrained_answers_tokens_and_cache(tmp_path):
         assert [r.text for r in second] == [r.text for r in first]
         assert [r.tokens_out for r in second] == [r.tokens_out for r in first]
         assert (tmp_path / "server.log").read_text().count("POST /v1/chat/completions") == posts_before
+        # The server runs llm/llama_serve.py's sampler for these greedy schema-bound answers.
+        assert "check the chosen token before the whole vocabulary" in (tmp_path / "server.log").read_text()
 
     assert not server.running
     assert not port_open(port)

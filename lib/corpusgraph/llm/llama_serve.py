@@ -175,8 +175,9 @@ def main() -> None:
     elif gone:
         print(f"corpusgraph: llama-cpp-python lacks {', '.join(gone)}; running its own grammar sampler",
               file=sys.stderr, flush=True)
-    else:
-        install()
+    elif install():
+        print("corpusgraph: greedy grammar answers check the chosen token before the whole vocabulary "
+              "(corpusgraph.llm.llama_serve)", file=sys.stderr, flush=True)
     from llama_cpp.server.__main__ import main as serve
 
     serve()
