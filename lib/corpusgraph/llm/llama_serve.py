@@ -5,8 +5,8 @@ Every structured request corpusgraph sends the bundled model (extraction, gleani
 resolution verdicts, summaries) carries a JSON schema, which llama-cpp-python turns into a grammar,
 and temperature 0. llama-cpp-python builds its sampler chain as penalties -> grammar -> greedy,
 so for every generated token the grammar is matched against the whole vocabulary (49,152 tokens
-for SmolLM2) before the greedy step keeps one of them. For the small model that costs as much as
-the forward pass itself.
+for SmolLM2) before the greedy step keeps one of them. For the small model that work takes more
+than half as long again as the forward passes of the answer.
 
 Greedy decoding keeps the highest logit among the tokens the grammar allows. When the highest
 logit of all tokens is one the grammar allows, that token is the answer, and the grammar needs to
