@@ -44,16 +44,13 @@ def _affinity() -> int:
 def usable_cores(cgroup_root: Path | None = None) -> int:
     """The cores this process may run on (taskset, cpuset), no more than its quota's whole CPUs,
     at least 1."""
-    cores = _affinity()
-    limit = cgroup_cpu_limit(cgroup_root)
-    if limit is not None:
-        cores = min(cores, int(limit))
-    return max(1, cores)
+    cap = quota_cap(cgroup_root)
+    return cap if cap is not None else max(1, _affinity())
 
 
 def quota_cap(cgroup_root: Path | None = None) -> int | None:
-    """usable_cores() where a CPU quota holds this process to fewer cores than its affinity, else
-    None (a runtime's own default then stands)."""
+    """The quota's whole CPUs (at least 1) where a CPU quota holds this process to fewer cores than
+    its affinity, else None (a runtime's own default then stands)."""
     limit = cgroup_cpu_limit(cgroup_root)
     if limit is None or int(limit) >= _affinity():
         return None
