@@ -104,8 +104,8 @@ class GreedyGrammarSampler:
     def sample(self, ctx, idx: int = -1) -> int:
         np = self._np
         logits = self._lc.llama_get_logits_ith(ctx.ctx, idx)
+        # Only logits change: neither sampler writes `p`, which stays 0 from the constructor.
         self._all["logit"] = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
-        self._all["p"] = 0.0
         self._apply(self.penalties, self._all_p, self.n_vocab)
         token = int(np.argmax(self._all["logit"]))
         self._one[0] = self._all[token]
@@ -168,16 +168,13 @@ def uninstall() -> None:
 def main() -> None:
     import os
 
-    gone = missing()
     if os.environ.get("CORPUSGRAPH_LLAMA_SAMPLER") == "stock":
-        print("corpusgraph: CORPUSGRAPH_LLAMA_SAMPLER=stock: running llama-cpp-python's own grammar sampler",
-              file=sys.stderr, flush=True)
-    elif gone:
-        print(f"corpusgraph: llama-cpp-python lacks {', '.join(gone)}; running its own grammar sampler",
-              file=sys.stderr, flush=True)
+        said = "CORPUSGRAPH_LLAMA_SAMPLER=stock: running llama-cpp-python's own grammar sampler"
     elif install():
-        print("corpusgraph: greedy grammar answers check the chosen token before the whole vocabulary "
-              "(corpusgraph.llm.llama_serve)", file=sys.stderr, flush=True)
+        said = "greedy grammar answers check the chosen token before the whole vocabulary (corpusgraph.llm.llama_serve)"
+    else:
+        said = f"llama-cpp-python lacks {', '.join(missing())}; running its own grammar sampler"
+    print(f"corpusgraph: {said}", file=sys.stderr, flush=True)
     from llama_cpp.server.__main__ import main as serve
 
     serve()
