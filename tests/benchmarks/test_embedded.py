@@ -150,16 +150,11 @@ def test_grammar_sampler_on_the_sample(tmp_path):
     import httpx
 
     from corpusgraph.config import load_config
-    from corpusgraph.llm.profiles import PROFILES
     from corpusgraph.llm.server import EmbeddedServer
-    from corpusgraph.llm.shape import RequestShaper
-    from corpusgraph.stages.extract.llm import build_request, extract_identity
+    from tests.support.extract_requests import sample_extraction_bodies
 
     cfg = load_config(REPO / "conf" / "local.yaml", {})
-    prompts, _, _ = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.model)
-    docs = sorted((REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs").glob("*.md"))[:SAMPLER_UNITS]
-    shaper = RequestShaper(PROFILES["llama_cpp"], cfg.llm.model)
-    bodies = [shaper.body(build_request(d.name, d.read_text(), prompts, cfg.extract)) for d in docs]
+    bodies = sample_extraction_bodies(SAMPLER_UNITS)
     samplers = ("stock", "check_first")
     runs = {k: {"seconds": [], "texts": [], "answer_tokens": 0} for k in samplers}
     with contextlib.ExitStack() as stack:

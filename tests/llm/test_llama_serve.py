@@ -9,17 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from corpusgraph.config import load_config
 from corpusgraph.llm import llama_serve
-from corpusgraph.llm.profiles import PROFILES
 from corpusgraph.llm.server import find_bundled_gguf
-from corpusgraph.llm.shape import RequestShaper
-from corpusgraph.stages.extract.llm import build_request, extract_identity
-from tests.conftest import REPO
+from tests.support.extract_requests import sample_extraction_bodies
 
 pytestmark = pytest.mark.llm
-
-SAMPLE = REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs"
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +26,6 @@ def llama():
     llm.close()
 
 
-def _bodies(n: int, max_tokens: int) -> list[dict]:
-    """The bundled model's extraction requests (conf/local.yaml) for n sample documents, as the
-    embedded server receives them."""
-    cfg = load_config(REPO / "conf" / "local.yaml", {"extract.max_tokens": str(max_tokens)})
-    prompts, _, _ = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.model)
-    docs = sorted(SAMPLE.glob("*.md"))[:n]
-    shaper = RequestShaper(PROFILES["llama_cpp"], cfg.llm.model)
-    return [shaper.body(build_request(d.name, d.read_text()[:2000], prompts, cfg.extract)) for d in docs]
-
-
 def _answer(llm, body: dict) -> dict:
     # repeat_penalty 1.1: llama-cpp-python's server's default, which every request to it gets.
     return llm.create_chat_completion(messages=body["messages"], response_format=body["response_format"],
@@ -50,7 +34,7 @@ def _answer(llm, body: dict) -> dict:
 
 
 def test_greedy_grammar_answers_equal_the_stock_samplers(llama):
-    bodies = _bodies(2, 160)
+    bodies = sample_extraction_bodies(2, 160, 2000)
     assert all(b["temperature"] == 0.0 and b["response_format"]["schema"] for b in bodies)
     llama_serve.uninstall()
     stock = [_answer(llama, b) for b in bodies]
@@ -72,7 +56,7 @@ def test_greedy_grammar_answers_equal_the_stock_samplers(llama):
 
 def test_other_requests_keep_the_stock_sampler(llama):
     assert llama_serve.install()
-    body = _bodies(1, 32)[0]
+    body = sample_extraction_bodies(1, 32, 2000)[0]
     llama.create_chat_completion(messages=body["messages"], response_format=body["response_format"],
                                  max_tokens=24, temperature=0.7, seed=7)
     assert type(llama._sampler).__name__ == "LlamaSampler"  # sampling at a temperature

@@ -1,0 +1,25 @@
+"""The extraction requests corpusgraph sends the bundled model for sample documents, as the
+embedded server receives them (conf/local.yaml's settings, one unit per request, the llama_cpp
+profile's body): shared by the sampler's test and its benchmark."""
+
+from __future__ import annotations
+
+from tests.conftest import REPO
+
+SAMPLE_DOCS = REPO / "lib" / "corpusgraph" / "samples" / "freight" / "docs"
+
+
+def sample_extraction_bodies(n: int, max_tokens: int | None = None, chars: int | None = None) -> list[dict]:
+    """Request bodies for the first n Markdown documents of the sample (each cut to `chars`
+    characters where given), with extract.max_tokens set to `max_tokens` where given."""
+    from corpusgraph.config import load_config
+    from corpusgraph.llm.profiles import PROFILES
+    from corpusgraph.llm.shape import RequestShaper
+    from corpusgraph.stages.extract.llm import build_request, extract_identity
+
+    sets = {"extract.max_tokens": str(max_tokens)} if max_tokens is not None else {}
+    cfg = load_config(REPO / "conf" / "local.yaml", sets)
+    prompts, _, _ = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.model)
+    shaper = RequestShaper(PROFILES["llama_cpp"], cfg.llm.model)
+    return [shaper.body(build_request(d.name, d.read_text()[:chars], prompts, cfg.extract))
+            for d in sorted(SAMPLE_DOCS.glob("*.md"))[:n]]
