@@ -7,7 +7,7 @@ import json
 import pytest
 
 from corpusgraph.llm.base import ChatResult
-from tests.support.query_fixtures import FakeEmbedder, make_engine as engine
+from tests.support.query_fixtures import make_engine as engine
 
 pytestmark = pytest.mark.unit
 
