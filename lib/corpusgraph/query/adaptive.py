@@ -1,6 +1,6 @@
 """What makes local ranking adapt to the corpus it runs on: seed support and the dense guarantee.
 
-Two rules, both computed per question from the index itself, with no per-corpus setting:
+Three rules, all computed per question from the index itself, with no per-corpus setting:
 
 - **Seed support.** An entity seed is evidence about which passages matter only as far as the
   passages it occurs in agree with the question's own passage scores. A seed's support is
@@ -12,6 +12,17 @@ Two rules, both computed per question from the index itself, with no per-corpus 
   the seeds' mean support (weighted as the seeds are), and the passages get the rest: where
   entities are specific (encyclopaedia pages) the walk keeps the weight it had; where they are
   hubs, it gives way to the passage scores instead of spreading mass through the hubs.
+- **Link coverage.** A seed's links are evidence only as far as they cover the passages whose
+  text names it. Extraction links a name where it recognised it, and on chat logs, tickets and
+  web pages that is a small part of where the name is written: a speaker in forty conversations
+  is linked to the one passage that spelled her name as the extractor expected. Mean support
+  over that one passage says nothing about why it, rather than the thirty-nine others, should
+  rise; the walk would still pour the seed's whole mass into it. So a seed's support is scaled
+  by min(1, linked passages / passages naming it), the latter counted in the text by the
+  retriever (`GraphRetriever.mentions`: the name's words in BM25's postings, then the name
+  itself, spaces and case aside). A seed linked wherever it is named keeps its support whole.
+  What the rule buys and costs on each dev set is the `without_seed_coverage` row of
+  tests/benchmarks/results/retrieval.json.
 - **The guarantee.** The `keep` first passages of basic search's ranking (query/hybrid.py: dense
   and BM25 fused, reranked where a reranker runs) keep their places in local search's ranking, in
   that order, unless the graph's choice for a place has at least `1 + margin` times the walk score
@@ -40,7 +51,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["seed_support", "entity_share", "keep_dense", "guarantee_margin"]
+__all__ = ["seed_support", "link_coverage", "entity_share", "keep_dense", "guarantee_margin"]
 
 
 def guarantee_margin(w) -> float:
@@ -57,6 +68,14 @@ def seed_support(seed_passages: Mapping[int, np.ndarray], passage_score: np.ndar
     the seed occurs in); 0 for a seed that occurs in none."""
     return {s: min(1.0, scale * float(passage_score[p].mean())) if len(p) else 0.0
             for s, p in seed_passages.items()}
+
+
+def link_coverage(linked: float, mentioned: float) -> float:
+    """How completely an entity's links cover the passages that name it: min(1, linked /
+    mentioned); 1 where no passage is known to name it (nothing to compare with)."""
+    if mentioned <= 0:
+        return 1.0
+    return min(1.0, float(linked) / float(mentioned))
 
 
 def entity_share(seeds: Mapping[int, float], support: Mapping[int, float], passage_weight: float) -> float:

@@ -26,6 +26,17 @@ _STOP = frozenset(
 )
 
 
+_NOT_ALNUM = re.compile(r"[\W_]+")
+# Bm25.rows_with_name: names of up to this many words are also looked up with neighbouring words
+# run together (16 spellings at most); a cost bound, not a ranking setting.
+RUN_TOGETHER_WORDS = 5
+
+
+def squashed(text: str) -> str:
+    """Lowercased letters and digits alone: "ChaeSong-hwa" and "Chae Song-hwa" read the same."""
+    return _NOT_ALNUM.sub("", (text or "").casefold())
+
+
 def tokenize(text: str) -> list[str]:
     """Lowercased word tokens without stop words."""
     return [t for t in _TOKEN.findall((text or "").casefold()) if t not in _STOP]
@@ -84,6 +95,41 @@ class Bm25:
             self._rows[slot] = rows
             self._scores[slot] = idf[terms].astype(np.float32) * tf * np.float32(k1 + 1) / (tf + norm[rows])
             filled += np.bincount(terms, minlength=len(vocab))
+
+    def rows_with_all(self, text: str) -> np.ndarray | None:
+        """Rows (text positions, ascending) whose tokens include every token of `text`; None
+        when `text` has no token (only stop words or punctuation), empty when one is unknown."""
+        terms = [self._vocab.get(t) for t in set(tokenize(text))]
+        if not terms:
+            return None
+        if any(t is None for t in terms):
+            return np.zeros(0, dtype=np.int32)
+        runs = sorted((self._rows[self._indptr[t]: self._indptr[t + 1]] for t in terms), key=len)
+        rows = runs[0]
+        for run in runs[1:]:
+            if not len(rows):
+                break
+            rows = np.intersect1d(rows, run, assume_unique=True)
+        return rows
+
+    def rows_with_name(self, name: str) -> np.ndarray | None:
+        """Rows that may name `name`: those holding its words, spaced as in the name or with
+        neighbours run together ("ChaeSong-hwa" for "Chae Song-hwa", "LiHua" for "Li Hua", as
+        chat logs and handles write names), each spelling's rows by `rows_with_all`, united. Names
+        of more than RUN_TOGETHER_WORDS words are looked up as spaced only (2^(n-1) spellings).
+        None when the name has no word."""
+        words = tokenize(name)
+        if not words:
+            return None
+        if len(words) > RUN_TOGETHER_WORDS:
+            return self.rows_with_all(" ".join(words))
+        found = [np.zeros(0, dtype=np.int32)]
+        for joins in range(2 ** (len(words) - 1)):
+            spelled = [words[0]]
+            for i, w in enumerate(words[1:]):
+                spelled[-1:] = [spelled[-1] + w] if joins >> i & 1 else [spelled[-1], w]
+            found.append(self.rows_with_all(" ".join(spelled)))
+        return np.unique(np.concatenate(found))
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every text for the query (0 where no term matches)."""

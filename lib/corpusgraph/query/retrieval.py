@@ -28,7 +28,8 @@ passage).
 
 How much the walk counts is decided per question from the index (query/adaptive.py): entity
 seeds get restart mass as far as the passages they occur in score well on the question (seed
-support; hubs, such as the one person in every chat log, give way to the passage scores), and
+support; hubs, such as the one person in every chat log, give way to the passage scores) and as
+far as their links cover the passages whose text names them (link coverage), and
 the best passages by the passage score keep their places against the walk unless its choice is
 stronger by a margin that shrinks as the seeds' support grows (the dense guarantee). Measured
 recall on the dev sets, with the ablation of each step: tests/benchmarks/results/retrieval.json.
@@ -54,13 +55,17 @@ from corpusgraph.config import RetrievalSection
 from corpusgraph.graph.walk import WalkGraph
 from corpusgraph.query import hops
 from corpusgraph.query.columns import CsrMap
-from corpusgraph.query.adaptive import entity_share, guarantee_margin, keep_dense, seed_support
-from corpusgraph.query.lexical import Bm25, TitleIndex
+from corpusgraph.query.adaptive import entity_share, guarantee_margin, keep_dense, link_coverage, seed_support
+from corpusgraph.query.lexical import Bm25, TitleIndex, squashed
 from corpusgraph.query.question import Question
 from corpusgraph.query.store import IndexStore
 from corpusgraph.text import clean_name, normalise_name
 
 __all__ = ["GraphRetriever", "rank_units"]
+
+# The most passages `GraphRetriever.mentions` reads to tell a name from its words apart; a cost
+# bound (a name in 100,000 passages costs the same as one in 64), not a ranking setting.
+MENTION_CHECKS = 64
 
 
 def _minmax(x: np.ndarray) -> np.ndarray:
@@ -119,8 +124,10 @@ class GraphRetriever:
         self.store = store
         units, ents, docs = store.units, store.entities, store.docs
         self.unit_ids, by_rank, unit_rank, self.unit_index = _sorted_ids(units)
+        self._by_rank = by_rank
         self.entity_ids, _, ent_rank, self.entity_index = _sorted_ids(ents)
         doc_by_rank = docs.positions_of(units.column("doc_id"))[by_rank]  # each unit's document, by rank
+        self._doc_by_rank = doc_by_rank
         n_ent, n_unit = len(self.entity_ids), len(self.unit_ids)
         self.n = n_ent + n_unit
         # Entity-entity edges, in the relationships' order (no loops, both ends entities).
@@ -147,6 +154,7 @@ class GraphRetriever:
         # Above this many passages an entity is a hub for the entity bridge (unless configured).
         self.hub_passages = math.sqrt(max(n_unit, 1))
         self.bm25 = Bm25(self._unit_texts(store, by_rank, doc_by_rank), n_unit)
+        self._mentions = np.full(n_ent, -1, dtype=np.int64)  # passages naming each entity (`mentions`), -1: not yet
         # The bridge steps (query/hops.py): documents by title, and each document's units.
         self.titles = TitleIndex(docs)
         self.units_of_doc = CsrMap(docs, doc_by_rank, by_rank, units)
@@ -192,6 +200,28 @@ class GraphRetriever:
             doc_titles = titles.take(np.maximum(d, 0)).to_pylist() if len(titles) else [None] * len(part)
             for t, title, has in zip(text.take(part).to_pylist(), doc_titles, (d >= 0).tolist()):
                 yield f"{(title if has else None) or ''}\n{t or ''}"
+
+    def mentions(self, e: int) -> int:
+        """About how many passages name entity `e` in their text (or their document's title):
+        those holding every word of its name, spaced or run together (BM25's postings,
+        `Bm25.rows_with_name`), less those where the words are not the name itself (its letters
+        and digits in a row, case, spaces and punctuation aside), judged on at most
+        MENTION_CHECKS of them spread evenly and scaled up. 0 for a name without a word. Kept
+        per entity: the index does not change under a retriever."""
+        known = int(self._mentions[e])
+        if known >= 0:
+            return known
+        name = self.store.entities.value(self.entity_ids[e], "title") or ""
+        rows = self.bm25.rows_with_name(name)
+        count = 0
+        if rows is not None and len(rows):
+            checked = rows[np.unique(np.linspace(0, len(rows) - 1, min(len(rows), MENTION_CHECKS)).astype(np.int64))]
+            texts = self._unit_texts(self.store, self._by_rank[checked], self._doc_by_rank[checked])
+            key = squashed(name)
+            found = sum(1 for t in texts if key in squashed(t))
+            count = round(len(rows) * found / len(checked))
+        self._mentions[e] = count
+        return count
 
     def passage_scores(self, question: Question, w: RetrievalSection) -> dict[int, float]:
         """Hybrid dense + BM25 score of the candidate passages (unit index -> score in [0, 1])."""
@@ -254,6 +284,8 @@ class GraphRetriever:
             score = np.zeros(len(self.unit_ids))
             score[list(passages)] = list(passages.values())
             support = seed_support({i: self.passages_of_entity(i) for i in seeds}, score, w.seed_support_scale)
+            if w.seed_coverage:
+                support = {i: s * link_coverage(self.passages_of[i], self.mentions(i)) for i, s in support.items()}
             ent_share = entity_share(seeds, support, w.passage_weight)
             trust = ent_share / (1 - w.passage_weight) if w.passage_weight < 1 else 0.0
         else:

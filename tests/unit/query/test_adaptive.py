@@ -5,13 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from corpusgraph.query.adaptive import entity_share, keep_dense, seed_support
+from corpusgraph.query.adaptive import entity_share, keep_dense, link_coverage, seed_support
 
 
 def test_seed_support_is_the_mean_passage_score_over_the_seeds_passages():
     score = np.array([1.0, 0.5, 0.0, 0.0])
     support = seed_support({7: np.array([0]), 8: np.array([0, 1, 2, 3]), 9: np.array([], dtype=np.int64)}, score)
     assert support == {7: 1.0, 8: pytest.approx(0.375), 9: 0.0}
+
+
+def test_link_coverage_is_the_share_of_naming_passages_the_links_reach():
+    assert link_coverage(1, 40) == pytest.approx(0.025)  # linked to one of the forty passages naming it
+    assert link_coverage(6, 3) == 1.0  # more links than passages naming it (aliases, title links): full
+    assert link_coverage(2, 0) == 1.0  # no passage known to name it: nothing to scale by
 
 
 def test_entity_share_follows_the_weighted_mean_support():

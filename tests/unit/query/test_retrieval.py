@@ -55,6 +55,14 @@ def test_bm25_prefers_rare_terms_and_shorter_texts():
     assert not bm.scores("the of").any()  # stop words only: nothing matches
 
 
+def test_bm25_rows_with_all_words_of_a_name():
+    bm = Bm25(["Chae Song-hwa joins", "song by Chae", "hwa only", "the of"])
+    assert bm.rows_with_all("Chae Song-hwa").tolist() == [0]
+    assert bm.rows_with_all("chae").tolist() == [0, 1]
+    assert bm.rows_with_all("Chae Zither").tolist() == []  # a word no text has
+    assert bm.rows_with_all("of the") is None  # no word at all
+
+
 def test_ppr_matches_igraph():
     """Our sparse power iteration against igraph's PRPACK on a random weighted graph."""
     import igraph
@@ -495,3 +503,46 @@ def test_a_protected_passage_outside_the_candidates_is_walked_and_keeps_its_plac
     w = RetrievalSection(candidates=1, keep_dense_margin=1e9, seed_support_scale=1e-9)
     ranked = r.rank(asked, w, 10, ["u6", "u2"])
     assert [u for u, _ in ranked[:2]] == ["u6", "u2"] and ranked[0][1] > 0
+
+
+def _sparse_link_store():
+    """Chat-log style: "Chae Song-hwa" is named in every passage's text, but extraction linked
+    her entity to one passage only (uB, about karaoke). The question's best passages are uA and
+    uC; uW has her name's words apart and does not name her."""
+    vecs = {"uA": [0.95, 0.312, 0.0], "uC": [0.9, 0.436, 0.0], "uB": [0.2, 0.0, 0.98], "uW": [0.0, 0.2, 0.98]}
+    texts = {"uA": "Chae Song-hwa has a lecture and cannot join the rehearsal on Sunday.",
+             "uC": "No rehearsal for her: the hall is closed this week.",
+             "uB": "Chae Song-hwa picked three karaoke songs.",
+             "uW": "Chae said the song was by Hwa."}
+    for i in range(8):
+        vecs[f"f{i}"] = [0.1, 0.0, 0.995]
+        texts[f"f{i}"] = f"ChaeSong-hwa: good morning, note {i}."
+    units = {u: {"doc_id": "d" + u, "text": t} for u, t in texts.items()}
+    docs = {row["doc_id"]: {"title": ""} for row in units.values()}
+    entities = {"chae": {"title": "Chae Song-hwa", "unit_ids": ["uB"]}}
+    return rows_store(units=units, docs=docs, entities=entities, relationships={}, names={},
+                      vectors=lambda kind: _ExactVectors(vecs if kind == "text_unit" else {"chae": [0.0, 0.0, 1.0]}),
+                      match_names=lambda question: ["chae"])
+
+
+def test_mentions_count_the_passages_whose_text_names_the_entity():
+    r = GraphRetriever(_sparse_link_store())
+    e = r.entity_index["chae"]
+    # uA, uB and the eight "ChaeSong-hwa:" lines (spacing and punctuation aside); not uW, which
+    # has the words but not the name, nor uC. Its links reach one of them.
+    assert r.mentions(e) == 10 and r.passages_of[e] == 1
+
+
+def test_a_seed_linked_to_few_of_the_passages_naming_it_does_not_move_basic_searchs_places():
+    r = GraphRetriever(_sparse_link_store())
+    q = np.array([1.0, 0.0, 0.0], dtype=np.float32)
+    asked = _asked(r, "Why can Chae Song-hwa not join the rehearsal?", q)
+    protected = ["uA", "uC", "uB"]
+    # Without the coverage, the seed's one linked passage is "well supported" (its own passage
+    # scores well on her name) and the walk puts it above basic search's second passage.
+    blind = [u for u, _ in r.rank(asked, RetrievalSection(seed_coverage=False, entity_bridge_from=0), 5, protected)]
+    assert blind[:2] == ["uA", "uB"]
+    # Her links cover 1 of the 10 passages naming her: the seed loses its trust, and basic
+    # search's first two places stand.
+    ranked = [u for u, _ in r.rank(asked, RetrievalSection(entity_bridge_from=0), 5, protected)]
+    assert ranked[:2] == ["uA", "uC"]
