@@ -15,12 +15,15 @@ Three rules, all computed per question from the index itself, with no per-corpus
 - **Link coverage.** A seed's links are evidence only as far as they cover the passages whose
   text names it. Extraction links a name where it recognised it, and on chat logs, tickets and
   web pages that is a small part of where the name is written: a speaker in forty conversations
-  is linked to the one passage that spelled her name as the extractor expected. Mean support
-  over that one passage says nothing about why it, rather than the thirty-nine others, should
-  rise; the walk would still pour the seed's whole mass into it. So a seed's support is scaled
-  by min(1, linked passages / passages naming it), the latter counted in the text by the
-  retriever (`GraphRetriever.mentions`: the name's words in BM25's postings, then the name
-  itself, spaces and case aside). A seed linked wherever it is named keeps its support whole.
+  is linked to the one passage that spelled her name as the extractor expected. Her support
+  may be high (that passage names her, as the question does), but it says nothing about why
+  that passage, rather than the thirty-nine others, should rise, and the walk would pour the
+  seed's whole mass into it. So in the restart mass a seed's support is scaled by min(1, linked
+  passages / passages naming it), the latter counted in the text by the retriever
+  (`GraphRetriever.mentions`: the name's words in BM25's postings, then the name itself, spaces
+  and case aside). A seed linked wherever it is named keeps its mass whole. The guarantee's
+  trust (below) stays the unscaled support: whether the seeds agree with the question is one
+  thing, how completely the graph links them another.
   What the rule buys and costs on each dev set is the `without_seed_coverage` row of
   tests/benchmarks/results/retrieval.json.
 - **The guarantee.** The `keep` first passages of basic search's ranking (query/hybrid.py: dense

@@ -29,7 +29,7 @@ passage).
 How much the walk counts is decided per question from the index (query/adaptive.py): entity
 seeds get restart mass as far as the passages they occur in score well on the question (seed
 support; hubs, such as the one person in every chat log, give way to the passage scores) and as
-far as their links cover the passages whose text names them (link coverage), and
+far as their links reach the passages whose text names them (link coverage), and
 the best passages by the passage score keep their places against the walk unless its choice is
 stronger by a margin that shrinks as the seeds' support grows (the dense guarantee). Measured
 recall on the dev sets, with the ablation of each step: tests/benchmarks/results/retrieval.json.
@@ -284,10 +284,14 @@ class GraphRetriever:
             score = np.zeros(len(self.unit_ids))
             score[list(passages)] = list(passages.values())
             support = seed_support({i: self.passages_of_entity(i) for i in seeds}, score, w.seed_support_scale)
+            # Trust (the guarantee's) is how well the seeds agree with the question; the mass
+            # the walk pours through their links also depends on how much of where they are
+            # named those links reach (link coverage, adaptive.py).
+            agreed = entity_share(seeds, support, w.passage_weight)
+            trust = agreed / (1 - w.passage_weight) if w.passage_weight < 1 else 0.0
             if w.seed_coverage:
                 support = {i: s * link_coverage(self.passages_of[i], self.mentions(i)) for i, s in support.items()}
             ent_share = entity_share(seeds, support, w.passage_weight)
-            trust = ent_share / (1 - w.passage_weight) if w.passage_weight < 1 else 0.0
         else:
             ent_share = (1 - w.passage_weight) if passages else 1.0
             trust = 1.0 if seeds else 0.0

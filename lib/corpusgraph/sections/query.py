@@ -69,10 +69,10 @@ class RetrievalSection(Section):
                                "in score well on the question (mean passage score over the entity's passages): hubs "
                                "give way to the passage scores, specific entities keep the walk's weight "
                                "(query/adaptive.py).")
-    seed_coverage: bool = Field(True, description="A seed's support is scaled by how completely its links cover "
-                                "the passages whose text names it (linked / naming, at most 1): an extraction that "
-                                "linked a name to one of the forty passages naming it says nothing special about "
-                                "that one (query/adaptive.py).")
+    seed_coverage: bool = Field(True, description="The restart mass a seed's support earns is scaled by how "
+                                "completely its links reach the passages whose text names it (linked / naming, at "
+                                "most 1): an extraction that linked a name to one of the forty passages naming it "
+                                "says nothing special about that one (query/adaptive.py).")
     seed_support_scale: float = Field(1.25, gt=0, description="A seed's support is min(1, this x the mean passage "
                                       "score over the passages it occurs in).")
     keep_dense: int = Field(5, ge=0, le=50, description="The guarantee: this many first passages of basic "
