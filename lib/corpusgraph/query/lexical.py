@@ -104,12 +104,15 @@ class Bm25:
             return None
         if any(t is None for t in terms):
             return np.zeros(0, dtype=np.int32)
+        # Each term's postings are ascending (texts in order), so the rarest term's rows are
+        # looked up in the others by binary search, with no sort.
         runs = sorted((self._rows[self._indptr[t]: self._indptr[t + 1]] for t in terms), key=len)
         rows = runs[0]
         for run in runs[1:]:
-            if not len(rows):
-                break
-            rows = np.intersect1d(rows, run, assume_unique=True)
+            if not len(rows) or not len(run):
+                return rows[:0]
+            at = np.minimum(np.searchsorted(run, rows), len(run) - 1)
+            rows = rows[run[at] == rows]
         return rows
 
     def rows_with_name(self, name: str) -> np.ndarray | None:

@@ -206,15 +206,18 @@ class GraphRetriever:
         those holding every word of its name, spaced or run together (BM25's postings,
         `Bm25.rows_with_name`), less those where the words are not the name itself (its letters
         and digits in a row, case, spaces and punctuation aside), judged on at most
-        MENTION_CHECKS of them spread evenly and scaled up. 0 for a name without a word. Kept
-        per entity: the index does not change under a retriever."""
+        MENTION_CHECKS of them spread evenly and scaled up; candidates no more than its links
+        are counted unread. 0 for a name without a word. Kept per entity: the index does not
+        change under a retriever."""
         known = int(self._mentions[e])
         if known >= 0:
             return known
         name = self.store.entities.value(self.entity_ids[e], "title") or ""
         rows = self.bm25.rows_with_name(name)
-        count = 0
-        if rows is not None and len(rows):
+        count = 0 if rows is None else len(rows)
+        # No more candidates than links: the links cover them all whatever reading them would
+        # say (`link_coverage` is 1), so they are counted unread.
+        if count > self.passages_of[e]:
             checked = rows[np.unique(np.linspace(0, len(rows) - 1, min(len(rows), MENTION_CHECKS)).astype(np.int64))]
             texts = self._unit_texts(self.store, self._by_rank[checked], self._doc_by_rank[checked])
             key = squashed(name)
