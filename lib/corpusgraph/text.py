@@ -39,3 +39,12 @@ def clean_name(text: str) -> str:
 def normalise_name(text: str) -> str:
     """Casefolded words joined by single spaces: 'Dr. Mara  Voss' -> 'dr mara voss'."""
     return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
+
+
+_NOT_ALNUM = re.compile(r"[\W_]+")
+
+
+def squashed(text: str) -> str:
+    """Casefolded letters and digits alone, spaces and punctuation (underscores too) dropped:
+    "ChaeSong-hwa" and "Chae Song-hwa" read the same."""
+    return _NOT_ALNUM.sub("", (text or "").casefold())

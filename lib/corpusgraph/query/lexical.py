@@ -26,15 +26,9 @@ _STOP = frozenset(
 )
 
 
-_NOT_ALNUM = re.compile(r"[\W_]+")
 # Bm25.rows_with_name: names of up to this many words are also looked up with neighbouring words
 # run together (16 spellings at most); a cost bound, not a ranking setting.
 RUN_TOGETHER_WORDS = 5
-
-
-def squashed(text: str) -> str:
-    """Lowercased letters and digits alone: "ChaeSong-hwa" and "Chae Song-hwa" read the same."""
-    return _NOT_ALNUM.sub("", (text or "").casefold())
 
 
 def tokenize(text: str) -> list[str]:

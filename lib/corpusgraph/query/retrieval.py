@@ -56,10 +56,10 @@ from corpusgraph.graph.walk import WalkGraph
 from corpusgraph.query import hops
 from corpusgraph.query.columns import CsrMap
 from corpusgraph.query.adaptive import entity_share, guarantee_margin, keep_dense, link_coverage, seed_support
-from corpusgraph.query.lexical import Bm25, TitleIndex, squashed
+from corpusgraph.query.lexical import Bm25, TitleIndex
 from corpusgraph.query.question import Question
 from corpusgraph.query.store import IndexStore
-from corpusgraph.text import clean_name, normalise_name
+from corpusgraph.text import clean_name, normalise_name, squashed
 
 __all__ = ["GraphRetriever", "rank_units"]
 
