@@ -80,15 +80,17 @@ def _title(i: int) -> str:
 
 
 def _write(warehouse: Path, name: str, table: pa.Table) -> None:
-    """The table in the contract's schema; columns the synthetic index does not fill (those the
-    contract gained since, such as the documents' page spans) are written null."""
+    """The table in the contract's schema; the contract's optional columns the synthetic index
+    does not fill (such as the documents' page spans) are written null, as the warehouse writes
+    them (storage/warehouse.py `conform`). A missing required column still fails the cast."""
     from deltalake import write_deltalake
 
-    schema = TABLES[name].schema
-    for field in schema:
-        if field.name not in table.column_names:
+    contract = TABLES[name]
+    for field in contract.schema:
+        if field.name in contract.optional and field.name not in table.column_names:
             table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
-    write_deltalake(table_path(str(warehouse), name), table.select(schema.names).cast(schema))
+    write_deltalake(table_path(str(warehouse), name), table.select(
+        [n for n in contract.schema.names if n in table.column_names]).cast(contract.schema))
 
 
 def _normalised(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
