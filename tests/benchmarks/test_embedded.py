@@ -321,4 +321,4 @@ def test_dev_builds_fast_method(spark, tmp_path):
     update_results("dev_builds", builds)
     print(json.dumps(builds, indent=2))
     for name, b in builds.items():  # every item got its vector from the default embedder
-        assert b["embedded_rows"].get("embed_failed") == 0 and b["embedded_rows"].get("text_units_vectors", 0) > 0, b
+        assert b["embedded_rows"].get("embed_failed") == 0 and b["embedded_rows"].get("text_unit_vectors", 0) > 0, b
