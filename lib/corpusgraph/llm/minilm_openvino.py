@@ -30,18 +30,14 @@ import numpy as np
 from corpusgraph.llm.cores import quota_cap
 from corpusgraph.llm.minilm_onnx import _graph_bytes
 
-__all__ = ["OpenVinoMiniLM", "compress_weights", "GROUP_SIZE", "SHAPE_STEP"]
+__all__ = ["OpenVinoMiniLM", "compress_weights", "GROUP_SIZE"]
 
 # Input channels per activation scale in the dynamic quantization: 128 divides the model's hidden
 # (384) and intermediate (1536) widths. Chosen on 600 dev documents and their titles by cosine to
-# the numpy pass and by speed (docs/results/embeddings.md): 64 was closer but slower, a whole
-# row (384) no faster and further away.
+# the numpy pass, and by the plugin's own per-node timings of one 32 x 128 batch (the int8 matmuls:
+# 151 ms with groups of 128, 210 with 32, 247 with none): 64 was closer to numpy but slower, a
+# whole row (384) no faster and further away.
 GROUP_SIZE = 128
-# Batches are padded to a multiple of this many word pieces: the CPU plugin prepares its kernels
-# for each new input shape, so a question of 11 pieces and one of 13 share one shape instead of
-# paying that twice. Measured on the dev questions one at a time: median 3-4 ms against 5-7 ms
-# unpadded (results/embedded.json records the figure of the day).
-SHAPE_STEP = 8
 
 
 def compress_weights(model: Any) -> int:
@@ -97,9 +93,6 @@ class OpenVinoMiniLM:
         self._lock = threading.Lock()
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        pad = -ids.shape[1] % SHAPE_STEP  # right padding, masked out like the batch's own
-        if pad:
-            ids, mask = np.pad(ids, ((0, 0), (0, pad))), np.pad(mask, ((0, 0), (0, pad)))
         inputs = {"input_ids": ids.astype(np.int32, copy=False), "attention_mask": mask.astype(np.int32, copy=False)}
         with self._lock:
             result = self._request.infer(inputs)
