@@ -33,10 +33,9 @@ from corpusgraph.llm.minilm_onnx import _graph_bytes
 __all__ = ["OpenVinoMiniLM", "compress_weights", "GROUP_SIZE"]
 
 # Input channels per activation scale in the dynamic quantization: 128 divides the model's hidden
-# (384) and intermediate (1536) widths. Chosen on 600 dev documents and their titles by cosine to
-# the numpy pass, and by the plugin's own per-node timings of one 32 x 128 batch (the int8 matmuls:
-# 151 ms with groups of 128, 210 with 32, 247 with none): 64 was closer to numpy but slower, a
-# whole row (384) no faster and further away.
+# (384) and intermediate (1536) widths. Chosen on 600 dev documents and their titles, by cosine to
+# the numpy pass and by the plugin's own per-node timings against groups of 32, 64 and a whole row
+# (the figures: results/embedded.json, `embed.note`); no question took part.
 GROUP_SIZE = 128
 
 
