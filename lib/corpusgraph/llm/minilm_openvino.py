@@ -71,7 +71,13 @@ class OpenVinoMiniLM:
     """One compiled OpenVINO model of the graph; call it with one right-padded batch."""
 
     def __init__(self, model_dir: Path, dim: int, threads: int, cache_dir: Path | None = None):
-        import openvino as ov
+        try:
+            import openvino as ov
+        except ImportError as e:  # a core dependency, but an install may have left it out (--no-deps)
+            raise RuntimeError(
+                "embeddings.runtime 'openvino' needs the openvino package (pinned in corpusgraph's "
+                "dependencies: pip install corpusgraph, or pip install openvino); or set embeddings.runtime "
+                f"to 'onnxruntime' (the same model in float32) ({e})") from e
 
         blob = _graph_bytes(model_dir, dim, False, cache_dir)
         core = ov.Core()

