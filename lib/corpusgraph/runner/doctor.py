@@ -120,7 +120,7 @@ def _embed_check(cfg: Config) -> Check:
     from corpusgraph.llm.embedders import open_embedder
 
     sec = cfg.embeddings
-    where = f"{sec.model} @ {(sec.endpoint_urls() or ['bundled, in process'])[0]}"
+    where = f"{sec.model} @ {(sec.endpoint_urls() or [f'bundled, in process ({sec.runtime})'])[0]}"
     t0 = time.perf_counter()
     try:
         vec = open_embedder(sec.model_copy(update={"cache": False}), None).embed(["doctor"])

