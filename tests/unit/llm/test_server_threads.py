@@ -112,3 +112,18 @@ def test_the_onnx_embedder_takes_the_quota_and_otherwise_its_runtimes_default(tm
     assert model._session.get_session_options().intra_op_num_threads == expected
     given = OnnxMiniLM(find_model_dir(), 384, threads=3, int8=False, cache_dir=tmp_path / "graphs")
     assert given._session.get_session_options().intra_op_num_threads == 3
+
+
+def test_the_openvino_embedder_takes_the_quota_and_the_threads_it_is_given(tmp_path, monkeypatch):
+    """The default runtime's twin of the test above: a quota of one CPU gives one thread where no
+    count was given; a count given is used (1 here: the plugin caps a count at the machine's cores)."""
+    from corpusgraph.llm.minilm import find_model_dir
+    from corpusgraph.llm.minilm_openvino import OpenVinoMiniLM
+
+    (tmp_path / "cg").mkdir()
+    monkeypatch.setattr(cores, "_CGROUP", _cgroup(tmp_path / "cg", v2="100000 100000"))
+    model = OpenVinoMiniLM(find_model_dir(), 384, threads=0, cache_dir=tmp_path / "graphs")
+    assert model._compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    monkeypatch.setattr(cores, "_CGROUP", _cgroup(tmp_path / "cg", v2="max 100000"))
+    given = OpenVinoMiniLM(find_model_dir(), 384, threads=1, cache_dir=tmp_path / "graphs")
+    assert given._compiled.get_property("INFERENCE_NUM_THREADS") == 1
