@@ -32,7 +32,7 @@ import numpy as np
 
 from corpusgraph.llm.cores import quota_cap
 
-__all__ = ["build_graph", "OnnxMiniLM"]
+__all__ = ["build_graph", "graph_bytes", "OnnxMiniLM"]
 
 # Part of a cached graph's file name: change it whenever build_graph or _quantize changes what
 # they write, so an old cached graph is never run again.
@@ -160,8 +160,9 @@ def _quantize(model: Any) -> bytes:
         return dst.read_bytes()
 
 
-def _graph_bytes(model_dir: Path, dim: int, int8: bool, cache_dir: Path | None) -> bytes:
-    """The serialized graph, from cache_dir when it was built before for these exact weights."""
+def graph_bytes(model_dir: Path, dim: int, int8: bool, cache_dir: Path | None) -> bytes:
+    """The serialized graph, from cache_dir when it was built before for these exact weights (both
+    runtimes read it: ONNX Runtime as is, OpenVINO through its ONNX frontend)."""
     if cache_dir is None:
         model = build_graph(model_dir, dim)
         return _quantize(model) if int8 else model.SerializeToString()
@@ -173,7 +174,7 @@ def _graph_bytes(model_dir: Path, dim: int, int8: bool, cache_dir: Path | None) 
     path = cache_dir / f"minilm-v{GRAPH_VERSION}-{'int8' if int8 else 'fp32'}-{digest.hexdigest()[:16]}.onnx"
     if path.exists():
         return path.read_bytes()
-    blob = _graph_bytes(model_dir, dim, int8, None)
+    blob = graph_bytes(model_dir, dim, int8, None)
     cache_dir.mkdir(parents=True, exist_ok=True)
     # Written beside and renamed: a process that reads the cache never sees half a file.
     fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".partial")
@@ -189,7 +190,7 @@ class OnnxMiniLM:
     def __init__(self, model_dir: Path, dim: int, threads: int, int8: bool, cache_dir: Path | None = None):
         import onnxruntime as ort
 
-        blob = _graph_bytes(model_dir, dim, int8, cache_dir)
+        blob = graph_bytes(model_dir, dim, int8, cache_dir)
         opts = ort.SessionOptions()
         # Threads inside one operator: the machine's cores, or what the caller was given (a Ray
         # actor's num_cpus); 0 lets ONNX Runtime take its default (the physical cores), except

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from corpusgraph.llm.cores import quota_cap
-from corpusgraph.llm.minilm_onnx import _graph_bytes
+from corpusgraph.llm.minilm_onnx import graph_bytes
 
 __all__ = ["OpenVinoMiniLM", "compress_weights", "GROUP_SIZE"]
 
@@ -79,7 +79,7 @@ class OpenVinoMiniLM:
                 "dependencies: pip install corpusgraph, or pip install openvino); or set embeddings.runtime "
                 f"to 'onnxruntime' (the same model in float32) ({e})") from e
 
-        blob = _graph_bytes(model_dir, dim, False, cache_dir)
+        blob = graph_bytes(model_dir, dim, False, cache_dir)
         core = ov.Core()
         model = core.read_model(model=blob, weights=ov.Tensor(np.empty(0, dtype=np.uint8)))
         self.compressed = compress_weights(model)
