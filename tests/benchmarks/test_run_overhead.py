@@ -6,8 +6,9 @@ microseconds, almost every second a run takes is the machinery around the data. 
 indexes three documents (three sentences each) through `run_index` on local[2] Spark with Delta,
 local Ray and the scripted OpenAI-compatible server, three times in one process:
 
-- `first`: the first run of the process (a JVM that has planned nothing yet, Ray's first actors),
-  into a fresh warehouse;
+- `first`: this test's first run, into a fresh warehouse; run alone (`make bench-overhead`) it is
+  the first of the process too (a JVM that has planned nothing yet, Ray's first actors), while
+  under `make bench` the benchmarks before it have warmed both;
 - `again`: the same documents into another fresh warehouse (a warm JVM and Ray: what every later
   build of a test session pays);
 - `rerun`: `again`'s warehouse indexed once more (every LLM answer and vector already there: the
