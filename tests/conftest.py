@@ -51,6 +51,15 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def scripted_url():
+    """The scripted OpenAI-compatible server (tests/support/scripted_server.py), for the whole session."""
+    from tests.support import scripted_server
+
+    with scripted_server.running() as url:
+        yield url
+
+
 @pytest.fixture
 def warehouse(spark, tmp_path):
     """A fresh, empty set of Delta tables per test."""

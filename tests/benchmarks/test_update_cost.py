@@ -23,7 +23,6 @@ from corpusgraph.config import load_config
 from corpusgraph.runner.pipeline import run_index
 from corpusgraph.runner.pipeline import run_update
 from corpusgraph.runner.run import RunContext
-from tests.support import scripted_server
 from tests.conftest import REPO, SHARED_DATA
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.spark, pytest.mark.ray]
@@ -31,12 +30,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.spark, pytest.mark.
 RESULTS = Path(__file__).parent / "results" / "update_cost.json"
 MUSIQUE = SHARED_DATA / "musique100" / "docs.jsonl"
 N_DOCS = 100
-
-
-@pytest.fixture(scope="module")
-def scripted_url():
-    with scripted_server.running() as url:
-        yield url
 
 
 def _tokens(spark, cfg, run_id: str) -> int:

@@ -78,15 +78,6 @@ def _versions(warehouse: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="session")
-def scripted_url():
-    """The scripted OpenAI-compatible server, for the whole session."""
-    from tests.support import scripted_server
-
-    with scripted_server.running() as url:
-        yield url
-
-
-@pytest.fixture(scope="session")
 def sample_index(tmp_path_factory, scripted_url) -> SampleIndex:
     root = tmp_path_factory.mktemp("sample-index")
     inputs = root / "in"
