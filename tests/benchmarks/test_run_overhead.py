@@ -49,14 +49,6 @@ DOCS = {
 }
 
 
-@pytest.fixture(scope="module")
-def scripted_url():
-    from tests.support import scripted_server
-
-    with scripted_server.running() as url:
-        yield url
-
-
 class _Meter:
     """Spark SQL executions and driver JVM CPU seconds, read before and after each stage."""
 
@@ -69,35 +61,35 @@ class _Meter:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def executions(self) -> list[tuple[int, str]]:
+    def executions(self) -> dict[int, str]:
+        """The descriptions of the executions the store retains, by execution id."""
         found = self.store.executionsList()
-        return [(int(found.apply(i).executionId()), str(found.apply(i).description())) for i in range(found.size())]
+        return {int(found.apply(i).executionId()): str(found.apply(i).description()) for i in range(found.size())}
 
     def last_id(self) -> int:
-        ids = [i for i, _ in self.executions()]
-        return max(ids) if ids else -1
+        return max(self.executions(), default=-1)
 
 
 def _measured_run(ctx, meter: _Meter) -> dict:
-    """run_index(ctx) with each stage metered; {stage: figures}, plus the whole run's."""
+    """run_index(ctx) with each stage metered; {stage: figures}, plus the whole run's. A stage's
+    seconds are the ones the runner records (StageResult.seconds)."""
     import corpusgraph.runner.pipeline as pipeline
 
     stages: dict[str, dict] = {}
     call = pipeline._call
 
     def metered(run, stage):
-        first, cpu0, t0 = meter.last_id(), meter.jvm_cpu_s(), time.perf_counter()
+        first, cpu0 = meter.last_id(), meter.jvm_cpu_s()
         try:
             return call(run, stage)
         finally:
-            seconds, cpu = time.perf_counter() - t0, meter.jvm_cpu_s() - cpu0
-            mine = [d for i, d in meter.executions() if i > first]
-            count = meter.last_id() - first
-            delta = sum(1 for d in mine if d.startswith("Delta:"))
-            merge = sum(1 for d in mine if not d.startswith("Delta:") and "MERGE" in d)
-            stages[stage.name] = {"seconds": round(seconds, 2), "spark_sql_executions": count,
-                                  "delta_internal": delta, "merge": merge, "other": count - delta - merge,
-                                  "jvm_cpu_s": round(cpu, 2)}
+            cpu = meter.jvm_cpu_s() - cpu0
+            mine = {i: d for i, d in meter.executions().items() if i > first}
+            count = max(mine, default=first) - first  # by id: the store may have dropped some descriptions
+            delta = sum(1 for d in mine.values() if d.startswith("Delta:"))
+            merge = sum(1 for d in mine.values() if not d.startswith("Delta:") and "MERGE" in d)
+            stages[stage.recorded_as] = {"spark_sql_executions": count, "delta_internal": delta, "merge": merge,
+                                  "other": count - delta - merge, "jvm_cpu_s": round(cpu, 2)}
 
     pipeline._call = metered
     started, cpu0 = time.perf_counter(), meter.jvm_cpu_s()
@@ -105,6 +97,7 @@ def _measured_run(ctx, meter: _Meter) -> dict:
         pipeline.run_index(ctx)
     finally:
         pipeline._call = call
+    stages = {name: {"seconds": round(ctx.results[name].seconds, 2), **figures} for name, figures in stages.items()}
     total = {"seconds": round(time.perf_counter() - started, 2), "jvm_cpu_s": round(meter.jvm_cpu_s() - cpu0, 2),
              "spark_sql_executions": sum(s["spark_sql_executions"] for s in stages.values()),
              "delta_internal": sum(s["delta_internal"] for s in stages.values())}
