@@ -59,3 +59,21 @@ def test_a_record_with_a_column_the_table_lacks_is_refused(spark, tmp_path):
     wh = Warehouse(spark, str(tmp_path / "wh"))
     with pytest.raises(ValueError, match=r"lacks: \['cost'\]"):
         wh.upsert_records("llm_calls", [dict(run_id="r1", stage="extract", cost=1.0)])
+
+
+def test_delete_where_missing_deletes_rows_whose_key_is_gone_and_commits_nothing_when_none_is(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    wh = Warehouse(spark, str(tmp_path / "wh"))
+    wh.ensure_all(["runs"])
+    wh.upsert_records("runs", [_run(r, "succeeded", T0) for r in ("r1", "r2", "r3")])
+    version = DeltaTable(wh.path("runs")).version()
+    ids = lambda: sorted(r["run_id"] for r in wh.read("runs").collect())  # noqa: E731
+
+    # Every stored key is still there (and one more that the table never had): no MERGE, no new version.
+    assert wh.delete_where_missing("runs", spark.createDataFrame([(r,) for r in ("r3", "r1", "r2", "r4")],
+                                                                 "run_id string"), "run_id") is False
+    assert DeltaTable(wh.path("runs")).version() == version and ids() == ["r1", "r2", "r3"]
+
+    assert wh.delete_where_missing("runs", spark.createDataFrame([("r2",), ("r2",)], "run_id string"), "run_id")
+    assert DeltaTable(wh.path("runs")).version() == version + 1 and ids() == ["r2"]

@@ -158,11 +158,20 @@ class Warehouse:
                                          source_alias="s", target_alias="t")
          .when_matched_update_all().when_not_matched_insert_all().execute())
 
-    def delete_where_missing(self, name: str, keys_df, key: str | Sequence[str]) -> None:
+    def delete_where_missing(self, name: str, keys_df, key: str | Sequence[str]) -> bool:
         """Delete rows whose key (one column or several) is not among keys_df's (e.g. reports of
-        vanished communities, vectors of items that no longer exist)."""
+        vanished communities, vectors of items that no longer exist). Returns whether it deleted.
+
+        The MERGE runs only when some row is missing: a first build and most updates find none,
+        and one anti-join that finds nothing costs a job where the MERGE costs ten (it scans the
+        table, joins, and commits a version that changes nothing). The anti-join matches keys the
+        way the MERGE does (`=`, so a null key counts as missing)."""
         keys = [key] if isinstance(key, str) else list(key)
-        self._merge_on(name, keys_df.select(*keys).distinct(), keys).whenNotMatchedBySourceDelete().execute()
+        source = keys_df.select(*keys).distinct()
+        if not self.read(name).join(source, keys, "left_anti").limit(1).count():
+            return False
+        self._merge_on(name, source, keys).whenNotMatchedBySourceDelete().execute()
+        return True
 
     def delete_matching(self, name: str, keys_df, key: str | Sequence[str]) -> None:
         """Delete rows whose key is among keys_df's (e.g. the text units of deleted documents)."""
