@@ -77,3 +77,19 @@ def test_delete_where_missing_deletes_rows_whose_key_is_gone_and_commits_nothing
 
     assert wh.delete_where_missing("runs", spark.createDataFrame([("r2",), ("r2",)], "run_id string"), "run_id")
     assert DeltaTable(wh.path("runs")).version() == version + 1 and ids() == ["r2"]
+
+
+def test_overwrite_returns_the_rows_written_also_when_delta_commits_nothing(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    wh = Warehouse(spark, str(tmp_path / "wh"))
+    wh.ensure_all(["runs"])
+    frame = lambda ids: spark.createDataFrame([(r, "index", "c1", T0, T0, "succeeded", "{}") for r in ids],  # noqa: E731
+                                              spark_schema("runs"))
+    # An empty frame over an empty table: Delta records no commit for it; the table has 0 rows.
+    assert wh.overwrite("runs", frame([])) == 0
+    assert DeltaTable(wh.path("runs")).version() == 0
+    assert wh.overwrite("runs", frame(["r1", "r2"])) == 2
+    # An empty frame over rows removes them (a commit), and says 0.
+    assert wh.overwrite("runs", frame([])) == 0
+    assert wh.read("runs").count() == 0 and DeltaTable(wh.path("runs")).version() == 2

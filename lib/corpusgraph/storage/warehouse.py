@@ -98,10 +98,15 @@ class Warehouse:
             return None
         from deltalake import DeltaTable as RsTable
 
-        for commit in RsTable(self.path(name)).history(5):
+        rs = RsTable(self.path(name))
+        for commit in rs.history(5):
             if commit.get("userMetadata") == tag:
                 rows = (commit.get("operationMetrics") or {}).get("numOutputRows")
                 return int(rows) if rows is not None else None
+        # No commit: Delta records none for a write with nothing to add or remove (an empty frame
+        # over an empty table, e.g. claims when no unit states one). A table without files is empty.
+        if rs.get_add_actions(flatten=True).num_rows == 0:
+            return 0
         return None
 
     def append(self, name: str, df) -> None:
