@@ -89,7 +89,7 @@ def _measured_run(ctx, meter: _Meter) -> dict:
             delta = sum(1 for d in mine.values() if d.startswith("Delta:"))
             merge = sum(1 for d in mine.values() if not d.startswith("Delta:") and "MERGE" in d)
             stages[stage.recorded_as] = {"spark_sql_executions": count, "delta_internal": delta, "merge": merge,
-                                  "other": count - delta - merge, "jvm_cpu_s": round(cpu, 2)}
+                                         "other": count - delta - merge, "jvm_cpu_s": round(cpu, 2)}
 
     pipeline._call = metered
     started, cpu0 = time.perf_counter(), meter.jvm_cpu_s()
