@@ -10,6 +10,7 @@ metadata; the language from the page's own `lang` declaration (we do not guess o
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 
 from corpusgraph.stages.ingest.spans import clean, heading_spans
@@ -41,6 +42,19 @@ def _head_facts(data: bytes) -> dict:
             "canonical": canonical.strip() if isinstance(canonical, str) else None}
 
 
+@functools.lru_cache(maxsize=1)
+def _extractor():
+    """trafilatura's options, built once per process: bare_extraction reads them and never changes
+    them (a recall retry works on a copy), and building them per page parsed its configuration file
+    each time (a tenth of a page's time on our pages).
+
+    extensive_search off: otherwise a footer's "(c) 2026" is taken for the page's date."""
+    from trafilatura.settings import Extractor
+
+    return Extractor(output_format="python", with_metadata=True, tables=True, formatting=True, comments=False,
+                     date_params={"extensive_search": False, "original_date": True})
+
+
 class Unreadable(Exception):
     """(reason, detail) of a page that cannot be read as text."""
 
@@ -52,7 +66,6 @@ class Unreadable(Exception):
 def read_html(data: bytes, stem: str, min_chars: int) -> dict:
     """One page -> {title, text, metadata, spans}; raises Unreadable (unsupported_encoding, empty)."""
     import trafilatura
-    from trafilatura.xml import xmltotxt
 
     charset = declared_charset(data)
     if charset:
@@ -61,13 +74,12 @@ def read_html(data: bytes, stem: str, min_chars: int) -> dict:
         except LookupError:
             raise Unreadable("unsupported_encoding", f"the page declares charset {charset!r}, which Python's codecs "
                              "do not know") from None
-    # extensive_search off: otherwise a footer's "(c) 2026" is taken for the page's date.
-    doc = trafilatura.bare_extraction(data, with_metadata=True, include_tables=True, include_formatting=True,
-                                      include_comments=False,
-                                      date_extraction_params={"extensive_search": False, "original_date": True})
+    doc = trafilatura.bare_extraction(data, options=_extractor())
     text = ""
     if doc is not None and doc.body is not None:
-        text = clean(_ESCAPE.sub(r"\1", xmltotxt(doc.body, include_formatting=True) or "")).strip()
+        # doc.text: the body as Markdown-like text (headings, lists, tables), what xmltotxt writes
+        # with formatting on; bare_extraction has already rendered it for the python format.
+        text = clean(_ESCAPE.sub(r"\1", doc.text or "")).strip()
     if len("".join(text.split())) < min_chars:  # characters other than white space
         raise Unreadable("empty", f"main text of {len(text.strip())} characters < ingest.html_min_chars={min_chars}: "
                          "no main content found (login, consent or JavaScript-only page?)")
