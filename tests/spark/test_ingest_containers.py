@@ -110,6 +110,53 @@ def test_many_small_files(spark, tmp_path):
     assert res.rows == {"documents": 150, "duplicates_collapsed": 0, "quarantined": 0}
 
 
+def test_input_files_lists_what_pyspark_lists_in_one_round_trip(spark, tmp_path):
+    """The listing shortcut gives DataFrame.inputFiles()'s paths, in its order, empty files and odd
+    names included; a frame with no JVM behind it (Spark Connect) takes PySpark's own way."""
+    from corpusgraph.runner.steps.ingest import input_files
+
+    folder = tmp_path / "in"
+    (folder / "sub dir").mkdir(parents=True)
+    for i in range(40):
+        (folder / f"n{i:02d}.txt").write_text(f"note {i}")
+    (folder / "sub dir" / "état, 1 #2.txt").write_text("accented, spaced, hashed")
+    (folder / "empty.txt").write_bytes(b"")
+    files = spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(str(folder))
+    listed = input_files(files)
+    assert listed == files.inputFiles()
+    assert len(listed) == 42 and any(p.endswith("empty.txt") for p in listed)
+
+    class Connect:  # what a Spark Connect DataFrame offers: inputFiles() and no _jdf
+        def inputFiles(self):
+            return ["s3://bucket/a.txt"]
+
+    assert input_files(Connect()) == ["s3://bucket/a.txt"]
+
+
+def test_file_names_with_spaces_and_url_characters(spark, tmp_path):
+    """The listing names a file as a URI (`sub%20dir/a%20b.txt`), the scan by its path: a name with a
+    space, #, % or [ ] once went to quarantine as `empty` beside its document, and beside a Parquet
+    or CSV file the whole step failed (PATH_NOT_FOUND). Each file is read once, under its own name."""
+    from corpusgraph.runner.pipeline import run_stage
+
+    folder = tmp_path / "in"
+    (folder / "Q3 reports").mkdir(parents=True)
+    (folder / "Q3 reports" / "hub note #2 [final].txt").write_text("Castor Haulage runs the night shift at Porto.")
+    (folder / "Q3 reports" / "100% done.md").write_text("# Done\nThe Lisbon hub closed its backlog in September.")
+    pq.write_table(pa.table({"id": ["p1"], "text": ["The Valencia depot added two reefer bays."]}),
+                   folder / "Q3 reports" / "depot a%20b.parquet")
+    (folder / "crane log [v2].csv").write_text("id,text\nc1,The Gdansk crane was down for a day.\n")
+    (folder / "empty file.txt").write_bytes(b"")
+    ctx = _ctx(spark, tmp_path, [folder])
+    res = run_stage(ctx, "ingest")
+    docs = sorted(r["source_uri"].split("/in/", 1)[1] for r in ctx.wh.read("documents").collect())
+    assert docs == ["Q3 reports/100% done.md", "Q3 reports/depot a%20b.parquet#p1", "Q3 reports/hub note #2 [final].txt",
+                    "crane log [v2].csv#c1"]
+    quarantine = {r["source_uri"].split("/in/", 1)[1]: r["reason"] for r in ctx.wh.read("quarantine").collect()}
+    assert quarantine == {"empty file.txt": "empty"}
+    assert res.rows == {"documents": 4, "duplicates_collapsed": 0, "quarantined": 1}
+
+
 def test_no_documents_stops_index_and_estimate_loudly(spark, tmp_path, capsys):
     from corpusgraph.cli.main import main
     from corpusgraph.runner.pipeline import run_stage

@@ -25,7 +25,7 @@ from corpusgraph.stages.ingest import files as ingest_stage
 from corpusgraph.stages.ingest import parquet as ingest_pq
 from corpusgraph.stages.ingest import tabular
 from corpusgraph.stages.ingest.formats import BINARY_SUFFIXES
-from corpusgraph.stages.ingest.records import PARSED_SCHEMA, refuse
+from corpusgraph.stages.ingest.records import PARSED_SCHEMA, literal_path, refuse, scan_form
 from corpusgraph.tables import spark_struct
 
 __all__ = ["NoDocumentsError", "ingest", "read_files", "split_inputs"]
@@ -85,7 +85,7 @@ def _csv_parts(spark, sec: IngestSection, csvs: list[str], s3) -> list:
     groups: dict[tuple, list[str]] = {}
     refused = []
     for uri in csvs:
-        named = uri.replace("file:///", "file:/", 1)  # as the other readers name a local file
+        named = scan_form(uri)  # as the other readers name the file
         head = ingest_pq.read_head(uri, _CSV_HEAD, s3)
         refusal = tabular.head_refusal(head, sec)
         if refusal:
@@ -114,10 +114,16 @@ def _csv_parts(spark, sec: IngestSection, csvs: list[str], s3) -> list:
                               + [T.StructField(tabular.CORRUPT_COL, T.StringType())])
         rows = (spark.read.schema(schema).option("header", True).option("multiLine", True).option("escape", '"')
                 .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", tabular.CORRUPT_COL)
-                .option("encoding", sec.csv_encoding).option("sep", sep).csv(paths)
+                .option("encoding", sec.csv_encoding).option("sep", sep).csv(_literal(paths))
                 .select("*", F.col("_metadata.file_path").alias(tabular.PATH_COL)))
         parts.append(tabular.parse_csv_rows(rows, sec, list(names), sep))
     return parts
+
+
+def _literal(uris: list[str]) -> list[str]:
+    """Listed files (URIs, percent-encoded) as spark.read reads exactly those files: decoded (Spark
+    encodes a path again) and with glob characters escaped."""
+    return [literal_path(scan_form(u)) for u in uris]
 
 
 def _records_frame(spark, records: list[dict]):
@@ -125,10 +131,26 @@ def _records_frame(spark, records: list[dict]):
                                  spark_struct(PARSED_SCHEMA))
 
 
+def input_files(df) -> list[str]:
+    """df.inputFiles() in one py4j round trip: PySpark's own turns the Java array into a list one
+    element per call (1.3 s for 10,000 files here, 0.06 s joined in the JVM). The paths are joined
+    with NUL, which no file name holds; a count that does not match, or a session with no JVM
+    behind it (Spark Connect), takes PySpark's way."""
+    try:
+        arr = df._jdf.inputFiles()
+        joined = df.sparkSession._jvm.org.apache.hadoop.util.StringUtils.join("\u0000", arr)
+        paths = joined.split("\u0000") if joined else []
+        if len(paths) == len(arr):
+            return paths
+    except Exception:  # noqa: BLE001 - any failure of the shortcut falls back to the public API
+        pass
+    return df.inputFiles()
+
+
 def read_files(spark, sec: IngestSection, paths: list[str], s3=None):
     """(parsed frames, files listed, files the binaryFile source reads, any binary-format file)."""
     files = spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(paths)
-    listed = files.inputFiles()
+    listed = input_files(files)
     kinds = {p: ingest_stage.suffix_of(p) for p in listed}
     parquet = [p for p in listed if kinds[p] == ".parquet"]
     csvs = [p for p in listed if kinds[p] in ingest_stage.CSV_SUFFIXES]
@@ -136,13 +158,13 @@ def read_files(spark, sec: IngestSection, paths: list[str], s3=None):
     parts = []
     if parquet or csvs:
         # Listed again without them, so their bytes are never read as one value.
-        files = spark.read.format("binaryFile").load(others) if others else None
+        files = spark.read.format("binaryFile").load(_literal(others)) if others else None
     if parquet:
         good, refused = ingest_pq.probe_footers(parquet, s3)
         if refused:
             parts.append(_records_frame(spark, refused))
         if good:
-            rows = spark.read.option("mergeSchema", "true").parquet(*good).select(
+            rows = spark.read.option("mergeSchema", "true").parquet(*_literal(good)).select(
                 "*", F.col("_metadata.file_path").alias(ingest_pq.PATH_COL),
                 F.col("_metadata.row_index").alias(ingest_pq.ROW_COL))
             parts.append(ingest_pq.parse_parquet_rows(rows, sec))

@@ -30,6 +30,7 @@ from corpusgraph.stages.ingest.formats import BINARY_SUFFIXES, CONTAINER_SUFFIXE
 from corpusgraph.stages.ingest.records import PARSED_SCHEMA, _from_mapping, _record_uri, content_hash, parsed_batches
 from corpusgraph.stages.ingest.records import document as _document
 from corpusgraph.stages.ingest.records import refuse as _refuse
+from corpusgraph.stages.ingest.records import scan_form
 from corpusgraph.stages.ingest.spans import heading_spans
 from corpusgraph.tables import spark_struct
 
@@ -233,8 +234,7 @@ def with_empty_files(files, listed: list[str]):
     from pyspark.sql import functions as F
 
     spark = files.sparkSession
-    # inputFiles() says file:///x where the scan says file:/x; compare on one form.
-    norm = [p.replace("file:///", "file:/", 1) for p in listed]
+    norm = [scan_form(p) for p in listed]  # the listing's URIs in the scan's form
     all_files = spark.createDataFrame([(p,) for p in norm], "path string")
     empties = all_files.join(files.select("path"), "path", "left_anti")
     return files.select("path", "length", "content").unionByName(

@@ -18,16 +18,12 @@ import pyarrow as pa
 from corpusgraph.config import IngestSection
 from corpusgraph.stages.ingest.records import PARSED_SCHEMA, _from_mapping, _record_uri, parsed_batches
 from corpusgraph.stages.ingest.records import refuse as _refuse
+from corpusgraph.stages.ingest.records import scan_form
 from corpusgraph.tables import spark_struct
 
 __all__ = ["filesystem", "read_head", "probe_footers", "parse_parquet_rows", "PATH_COL", "ROW_COL"]
 
 PATH_COL, ROW_COL = "_cg_input_file", "_cg_row_index"  # added by the reader; never a user column
-
-
-def _local_form(uri: str) -> str:
-    """file:/x and file:///x are one file; the scan and the listing write them differently."""
-    return uri.replace("file:///", "file:/", 1)
 
 
 def filesystem(uri: str, s3=None):
@@ -59,7 +55,7 @@ def probe_footers(paths: Sequence[str], s3=None) -> tuple[list[str], list[dict]]
     good, bad = [], []
     columns: dict[str, tuple[str, str]] = {}  # column (lower case) -> (type, first file with it)
     for uri in paths:
-        name = _local_form(uri)
+        name = scan_form(uri)
         try:
             fs, path = filesystem(uri, s3)
             if fs.get_file_info(path).size == 0:
@@ -112,7 +108,7 @@ def _json_safe(value):
 def _row_records(batches: Iterator[pa.RecordBatch], section: IngestSection) -> Iterator[dict]:
     for batch in batches:
         for row in batch.to_pylist():
-            path = _local_form(row.pop(PATH_COL))
+            path = scan_form(row.pop(PATH_COL))  # _metadata.file_path: a URI
             position = int(row.pop(ROW_COL)) + 1
             obj = {k: _json_safe(v) for k, v in row.items()}
             rec = _from_mapping(_record_uri(path, obj, section, position), obj, section)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from urllib.parse import unquote
 from typing import Iterable, Iterator
 
 import pyarrow as pa
@@ -16,7 +18,10 @@ import pyarrow as pa
 from corpusgraph.config import IngestSection
 from corpusgraph.tables import table
 
-__all__ = ["PARSED_SCHEMA", "SPAN", "content_hash", "refuse", "document", "utf8_ok", "parsed_batches", "RECORDS_PER_BATCH"]
+__all__ = ["PARSED_SCHEMA", "SPAN", "content_hash", "refuse", "document", "utf8_ok", "parsed_batches", "RECORDS_PER_BATCH",
+           "scan_form", "literal_path"]
+
+_GLOB = re.compile(r"([\\{}\[\]*?])")
 
 RECORDS_PER_BATCH = 2000  # records per Arrow batch out of a container file (bounds worker memory)
 
@@ -55,6 +60,20 @@ def utf8_ok(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def scan_form(uri: str) -> str:
+    """A file's name as source_uri holds it: the form the binaryFile scan writes in its path column
+    (file:/x, decoded). The listing (DataFrame.inputFiles()) and _metadata.file_path write the same
+    file as a URI (file:///x, percent-encoded: `sub%20dir/a%20b.txt`), so a file whose name holds a
+    space, #, % or [ had two names, and a comparison of the two missed it."""
+    return unquote(uri.replace("file:///", "file:/", 1))
+
+
+def literal_path(path: str) -> str:
+    """A decoded path (scan_form) as spark.read must be given it to read that one file: Spark reads
+    a path as a glob pattern, so the glob characters of a name are escaped."""
+    return _GLOB.sub(r"\\\1", path)
 
 
 def refuse(uri: str, reason: str, detail: str) -> dict:

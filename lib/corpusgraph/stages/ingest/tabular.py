@@ -22,7 +22,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from corpusgraph.config import IngestSection, TableInput
-from corpusgraph.stages.ingest.records import PARSED_SCHEMA, _from_mapping, _record_uri, parsed_batches, refuse
+from corpusgraph.stages.ingest.records import PARSED_SCHEMA, _from_mapping, _record_uri, parsed_batches, refuse, scan_form
 from corpusgraph.tables import spark_struct
 
 __all__ = ["csv_bytes_records", "head_refusal", "csv_header", "csv_delimiter", "column_name", "parse_csv_rows",
@@ -173,7 +173,7 @@ def _csv_records(batches: Iterable[pa.RecordBatch], section: IngestSection, head
     seen: dict[str, int] = {}  # path -> rows so far (a multiLine file is read whole, in order, by one task)
     for batch in batches:
         for row in batch.to_pylist():
-            path = row.pop(PATH_COL).replace("file:///", "file:/", 1)
+            path = scan_form(row.pop(PATH_COL))  # _metadata.file_path: a URI
             corrupt = row.pop(CORRUPT_COL)
             position = seen.get(path, 0) + 1
             seen[path] = position
