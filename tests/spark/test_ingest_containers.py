@@ -157,6 +157,28 @@ def test_file_names_with_spaces_and_url_characters(spark, tmp_path):
     assert res.rows == {"documents": 4, "duplicates_collapsed": 0, "quarantined": 1}
 
 
+def test_empty_files_are_found_alike_by_the_driver_and_by_a_join(spark, tmp_path):
+    """Local Spark finds the zero-byte files by their size on the driver; elsewhere a join of the
+    listing with the scan finds them. Both give the same rows; a path the driver cannot look at
+    sends it to the join."""
+    from corpusgraph.runner.steps.ingest import input_files
+    from corpusgraph.stages.ingest.files import _zero_byte, with_empty_files
+
+    folder = tmp_path / "in"
+    (folder / "sub dir").mkdir(parents=True)
+    (folder / "a.txt").write_text("Trailer 7 left the Porto hub.")
+    (folder / "sub dir" / "empty #1.txt").write_bytes(b"")
+    (folder / "e.md").write_bytes(b"")
+    files = spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(str(folder))
+    listed = input_files(files)
+    got = {}
+    for driver in (True, False):
+        rows = with_empty_files(files, listed, driver_sees_files=driver).collect()
+        got[driver] = sorted((r["path"].split("/in/", 1)[1], r["length"], r["content"] is None) for r in rows)
+    assert got[True] == got[False] == [("a.txt", 29, False), ("e.md", 0, True), ("sub dir/empty #1.txt", 0, True)]
+    assert _zero_byte([f"file:{folder}/gone.txt"]) is None and _zero_byte(["s3a://bucket/a.txt"]) is None
+
+
 def test_no_documents_stops_index_and_estimate_loudly(spark, tmp_path, capsys):
     from corpusgraph.cli.main import main
     from corpusgraph.runner.pipeline import run_stage

@@ -171,9 +171,17 @@ def read_files(spark, sec: IngestSection, paths: list[str], s3=None):
     if csvs:
         parts += _csv_parts(spark, sec, csvs, s3)
     if files is not None:
-        files = ingest_stage.with_empty_files(files, others)
+        files = ingest_stage.with_empty_files(files, others, driver_sees_files=_local_master(spark))
         parts.append(ingest_stage.parse_files(files, sec))
     return parts, len(listed), len(others), any(kinds[p] in BINARY_SUFFIXES for p in others)
+
+
+def _local_master(spark) -> bool:
+    """Spark runs in this process (local[...]): its tasks see the driver's file system."""
+    try:
+        return spark.sparkContext.master.startswith("local")
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext here: not local
+        return False
 
 
 def _union(parts: list):
