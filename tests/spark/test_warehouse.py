@@ -93,3 +93,22 @@ def test_overwrite_returns_the_rows_written_also_when_delta_commits_nothing(spar
     # An empty frame over rows removes them (a commit), and says 0.
     assert wh.overwrite("runs", frame([])) == 0
     assert wh.read("runs").count() == 0 and DeltaTable(wh.path("runs")).version() == 2
+
+
+def test_a_merge_into_a_table_without_rows_appends_the_same_rows(spark, tmp_path):
+    """A first build's MERGEs find an empty target: the rows go in by an append (a WRITE commit),
+    duplicates and all, as the MERGE would insert them; once the table holds rows, merges upsert
+    on the key and soft-delete what is absent as before."""
+    from deltalake import DeltaTable
+
+    wh = Warehouse(spark, str(tmp_path / "wh"))
+    wh.ensure_all(["runs"])
+    frame = lambda rows: spark.createDataFrame([(r, "index", "c1", T0, None, s, "{}") for r, s in rows],  # noqa: E731
+                                               spark_schema("runs"))
+    wh.merge("runs", frame([]))  # nothing to write into an empty table
+    wh.merge("runs", frame([("r1", "running"), ("r2", "running")]))
+    assert DeltaTable(wh.path("runs")).history(1)[0]["operation"] == "WRITE"
+    assert sorted((r.run_id, r.status) for r in wh.read("runs").collect()) == [("r1", "running"), ("r2", "running")]
+    wh.merge("runs", frame([("r2", "succeeded"), ("r3", "running")]), delete_missing=True)
+    assert DeltaTable(wh.path("runs")).history(1)[0]["operation"] == "MERGE"
+    assert sorted((r.run_id, r.status) for r in wh.read("runs").collect()) == [("r2", "succeeded"), ("r3", "running")]
