@@ -60,3 +60,21 @@ def test_spark_and_pyarrow_sums_give_the_same_usage(spark, outputs, attempt):
     sync_in, sync_out = usage.tokens_in - 1000, usage.tokens_out - 500
     assert usage.usd == pytest.approx(llm.usd(sync_in, sync_out) + llm.usd(1000, 500, batch=True))
     assert llm.usd(1000, 500, batch=True) < llm.usd(1000, 500)
+
+
+def test_saved_rows_reads_the_footers_of_what_save_wrote(spark, tmp_path):
+    """A hand-off's rows come from its Parquet footers (no Spark job) and equal Spark's count, for
+    several files, for none of rows, and in a folder whose name needs percent-encoding; a frame
+    that is not files on disk is counted by Spark."""
+    from corpusgraph.runner.handoff import saved_rows
+
+    status = spark.sparkContext.statusTracker()
+    for name, n, parts in (("many", 1000, 4), ("none", 0, 1), ("sub dir #1", 7, 2)):
+        path = str(tmp_path / name)
+        spark.range(n).repartition(parts).write.mode("overwrite").parquet(path)
+        saved = spark.read.parquet(path)
+        jobs = len(status.getJobIdsForGroup())
+        assert saved_rows(saved) == n
+        assert len(status.getJobIdsForGroup()) == jobs  # no Spark job for it
+        assert saved.count() == n
+    assert saved_rows(spark.range(5)) == 5

@@ -26,7 +26,7 @@ import numpy as np
 from pyspark.sql import functions as F
 
 from corpusgraph.config import EmbeddingSection, RaySection, S3Section, StorageSection
-from corpusgraph.runner.handoff import save
+from corpusgraph.runner.handoff import save, saved_rows
 from corpusgraph.runner.passes.embed import run_embed_task
 from corpusgraph.runner.progress import Work
 from corpusgraph.runner.run import StageContext, StageResult
@@ -92,7 +92,7 @@ def _embed_pending(st: StageContext, pending, sec: EmbeddingSection, ray: RaySec
     had_vectors: the table already held vectors of this model (a rerun of what failed before)."""
     from corpusgraph.llm.base import Usage
 
-    n = save(st, pending, "in").count()
+    n = saved_rows(save(st, pending, "in"))
     result = StageResult()
     if not n:
         return 0, result

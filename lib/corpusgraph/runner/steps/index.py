@@ -16,7 +16,7 @@ from corpusgraph.config import (ChunkSection, CommunitiesSection, ExtractSection
 from corpusgraph.llm.base import Usage
 from corpusgraph.prompts import load_prompt
 from corpusgraph.runner import progress
-from corpusgraph.runner.handoff import llm_pass, save, to_model
+from corpusgraph.runner.handoff import llm_pass, save, saved_rows, to_model
 from corpusgraph.runner.run import StageContext, StageResult
 from corpusgraph.runner.steps import resolve as resolve_run
 from corpusgraph.stages import chunk as chunk_stage
@@ -58,7 +58,7 @@ def _extract_fast(st: StageContext, sec: ExtractSection) -> StageResult:
     phash, model = extract_fast_stage.fast_identity(sec)
     units = st.tables.read("text_units")
     pending = save(st, extract_stage.pending_units(units, st.tables.read("extractions"), phash, model), "fast-in")
-    sent = pending.count()
+    sent = saved_rows(pending)
     if sent:
         st.log(f"  extract: {sent} units through spaCy ({model})")
         # Every core gets a share; each Python worker loads the spaCy model once and keeps it.
@@ -123,7 +123,7 @@ def resolve(st: StageContext, *, resolve: ResolveSection, extract: ExtractSectio
         return done.out, done.sent
 
     prompt = lambda name, needed: load_prompt(st.prompt_path(name)) if needed else None  # noqa: E731
-    io = resolve_run.ResolveIO(st.tables, lambda df, part: save(st, df, part), ask)
+    io = resolve_run.ResolveIO(st.tables, lambda df, part: save(st, df, part), ask, saved_rows)
     rows, notes = resolve_run.resolve_tables(
         io, sec, prompt_hash=phash, model=model, llm_model=llm.model, temperature=llm.temperature,
         adjudicate_prompt=prompt(sec.prompt_adjudicate, sec.method == "similarity" and sec.llm_adjudication),
