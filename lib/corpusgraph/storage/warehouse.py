@@ -105,7 +105,7 @@ class Warehouse:
                 return int(rows) if rows is not None else None
         # No commit: Delta records none for a write with nothing to add or remove (an empty frame
         # over an empty table, e.g. claims when no unit states one). A table without files is empty.
-        if rs.get_add_actions(flatten=True).num_rows == 0:
+        if _no_data_files(rs):
             return 0
         return None
 
@@ -116,7 +116,7 @@ class Warehouse:
             return False
         from deltalake import DeltaTable as RsTable
 
-        return RsTable(self.path(name)).get_add_actions(flatten=True).num_rows == 0
+        return _no_data_files(RsTable(self.path(name)))
 
     def append(self, name: str, df) -> None:
         self.conform(name, df).write.format("delta").mode("append").save(self.path(name))
@@ -205,6 +205,11 @@ class Warehouse:
 
         cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         return DeltaTable.forPath(self.spark, self.path(name)).alias("t").merge(source.alias("s"), cond)
+
+
+def _no_data_files(rs) -> bool:
+    """The delta-rs table's current version adds no data file: it holds no rows."""
+    return rs.get_add_actions(flatten=True).num_rows == 0
 
 
 def conform(name: str, df):
