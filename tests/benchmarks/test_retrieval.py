@@ -307,7 +307,7 @@ def steps_check(retriever, section, questions: list[dict], qvecs: np.ndarray, un
     base = result["local"]
     off = {"title_seeds": {"title_seeds": 0}, "title_bridge": {"bridge_from": 0},
            "entity_bridge": {"entity_bridge_from": 0}, "seed_support": {"seed_support": False},
-           "seed_coverage": {"seed_coverage": False},
+           "seed_coverage": {"seed_coverage": False}, "code_seeds": {"code_seeds": False},
            "guarantee": {"keep_dense": 0}}
     out = {}
     for step, change in off.items():

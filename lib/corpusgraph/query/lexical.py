@@ -15,7 +15,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["tokenize", "Bm25", "TitleIndex"]
+__all__ = ["tokenize", "identifiers", "Bm25", "TitleIndex"]
 
 _TOKEN = re.compile(r"\w+")
 # Words that carry no topic: BM25 would otherwise pay them a little for every passage.
@@ -29,6 +29,21 @@ _STOP = frozenset(
 # Bm25.rows_with_name: names of up to this many words are also looked up with neighbouring words
 # run together (16 spellings at most); a cost bound, not a ranking setting.
 RUN_TOGETHER_WORDS = 5
+
+
+# An identifier: letters and digits in one word, parts joined by hyphens ("R-77", "HQ-52910",
+# "IR-VLC-2026-014", "PS5"); an ordinal ("4th", "26th") is a number, not a name.
+_IDENTIFIER = re.compile(r"(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[^\W\d_])[^\W_]+(?:-[^\W_]+)*(?![\w-])")
+_ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)", re.IGNORECASE)
+
+
+def identifiers(text: str) -> list[str]:
+    """The identifiers a text writes, each once, in order: words holding both letters and
+    digits, hyphenated parts included (trailer "R-77", booking "HQ-52910"), ordinals left out.
+    Word embeddings see them as a few word pieces and BM25 as separate tokens ("r", "77"), while
+    to a reader they name one thing."""
+    found = (m.group(0) for m in _IDENTIFIER.finditer(text or ""))
+    return list(dict.fromkeys(i for i in found if not _ORDINAL.fullmatch(i)))
 
 
 def tokenize(text: str) -> list[str]:

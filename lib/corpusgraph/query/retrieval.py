@@ -8,6 +8,11 @@ mass on two kinds of nodes:
   `entity_seeds` > 0, entities whose vectors are nearest the question's; each weighted by its
   specificity (1 / the number of passages it occurs in: a name found in three passages says
   more than one found in three hundred);
+- passages that write an identifier the question writes (a word of letters and digits: trailer
+  "R-77", booking "HQ-52910") where no entity it names holds it: extraction often makes no entity
+  of such codes, dense vectors see them as a few word pieces and BM25 as separate words, yet they
+  name one thing. Each is a seed as an entity is (specificity, support, trust), its restart mass
+  spread over the passages writing it;
 - passages, by a hybrid passage score: dense cosine (the text-unit FAISS index) fused with
   BM25 over the unit text and its document title, both min-max scaled over their candidates.
   Passage restart mass is at least `passage_weight` of the total (more where the entity seeds
@@ -47,6 +52,7 @@ query/hops.py's.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -56,7 +62,7 @@ from corpusgraph.graph.walk import WalkGraph
 from corpusgraph.query import hops
 from corpusgraph.query.columns import CsrMap
 from corpusgraph.query.adaptive import entity_share, guarantee_margin, keep_dense, link_coverage, seed_support
-from corpusgraph.query.lexical import Bm25, TitleIndex
+from corpusgraph.query.lexical import Bm25, TitleIndex, identifiers
 from corpusgraph.query.question import Question
 from corpusgraph.query.store import IndexStore
 from corpusgraph.text import clean_name, normalise_name, squashed
@@ -263,6 +269,26 @@ class GraphRetriever:
                     seeds[i] = max(seeds.get(i, 0.0), float(score))
         return {i: s / max(self.passages_of[i], 1.0) for i, s in seeds.items()}
 
+    def identifier_passages(self, question: Question, w: RetrievalSection) -> dict[str, np.ndarray]:
+        """Identifier -> indexes of the passages that write it (whole, case aside), for each
+        identifier of the question (lexical.identifiers) that no entity it names already holds
+        and that at most `candidates` passages write (more is no longer specific, and reading
+        them all would cost a question more than the rest of its ranking)."""
+        names = [(self.store.entities.value(e, "title") or "").casefold() for e in question.named]
+        out: dict[str, np.ndarray] = {}
+        for code in identifiers(question.text):
+            whole = re.compile(rf"(?<![\w-]){re.escape(code)}(?![\w-])", re.IGNORECASE)
+            if any(whole.search(n) for n in names):
+                continue
+            rows = self.bm25.rows_with_name(code)
+            if rows is None or not 0 < len(rows) <= w.candidates:
+                continue
+            texts = self._unit_texts(self.store, self._by_rank[rows], self._doc_by_rank[rows])
+            found = np.array([r for r, t in zip(rows.tolist(), texts) if whole.search(t)], dtype=np.int64)
+            if len(found):
+                out[code] = found
+        return out
+
     def rank(self, question: Question, w: RetrievalSection, limit: int,
              protected: Sequence[str] | None = None) -> list[tuple[str, float]]:
         """The `limit` best (unit_id, score) pairs for the question, best first. `protected`:
@@ -282,18 +308,24 @@ class GraphRetriever:
                 i = self.unit_index.get(u)
                 if i is not None and i not in passages:
                     passages[i] = floor
-        seeds = self.entity_seeds(question, w)
+        seeds: dict = self.entity_seeds(question, w)
+        # An identifier the question writes is a seed of its own, keyed by its text: its passages
+        # stand where an entity's links do (the restart below spreads its mass over them).
+        written = self.identifier_passages(question, w) if w.code_seeds else {}
+        seeds.update({code: 1.0 / len(rows) for code, rows in written.items()})
         if seeds and passages and w.seed_support:
             score = np.zeros(len(self.unit_ids))
             score[list(passages)] = list(passages.values())
-            support = seed_support({i: self.passages_of_entity(i) for i in seeds}, score, w.seed_support_scale)
+            support = seed_support({i: written[i] if i in written else self.passages_of_entity(i) for i in seeds},
+                                   score, w.seed_support_scale)
             # Trust (the guarantee's) is how well the seeds agree with the question; the mass
             # the walk pours through their links also depends on how much of where they are
             # named those links reach (link coverage, adaptive.py).
             agreed = entity_share(seeds, support, w.passage_weight)
             trust = agreed / (1 - w.passage_weight) if w.passage_weight < 1 else 0.0
             if w.seed_coverage:
-                support = {i: s * link_coverage(self.passages_of[i], self.mentions(i)) for i, s in support.items()}
+                support = {i: s if i in written else s * link_coverage(self.passages_of[i], self.mentions(i))
+                           for i, s in support.items()}  # an identifier's passages are where it is written
             ent_share = entity_share(seeds, support, w.passage_weight)
         else:
             ent_share = (1 - w.passage_weight) if passages else 1.0
@@ -303,7 +335,11 @@ class GraphRetriever:
         if seeds:
             ent_total = sum(seeds.values())
             for i, s in seeds.items():
-                restart[i] = ent_share * s / ent_total
+                if i in written:
+                    for p in written[i].tolist():
+                        restart[n_ent + p] = restart.get(n_ent + p, 0.0) + ent_share * s / ent_total / len(written[i])
+                else:
+                    restart[i] = ent_share * s / ent_total
         if passages:
             share = 1.0 - ent_share if seeds else 1.0
             p_total = sum(passages.values()) or 1.0

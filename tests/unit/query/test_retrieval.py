@@ -546,3 +546,66 @@ def test_a_seed_linked_to_few_of_the_passages_naming_it_does_not_move_basic_sear
     # search's first two places stand.
     ranked = [u for u, _ in r.rank(asked, RetrievalSection(entity_bridge_from=0), 5, protected)]
     assert ranked[:2] == ["uA", "uC"]
+
+
+def test_identifiers_are_words_of_letters_and_digits_without_ordinals():
+    from corpusgraph.query.lexical import identifiers
+
+    text = "Trailer R-77 (booking HQ-52910, report IR-VLC-2026-014) on the PS5 in 2026, the 4th and 26TH; r-77 again"
+    assert identifiers(text) == ["R-77", "HQ-52910", "IR-VLC-2026-014", "PS5", "r-77"]
+    assert identifiers("Who runs the Milan hub?") == [] and identifiers("") == []
+
+
+def _identifier_store(extra_r77: int = 0):
+    """The README's first question in small: uM writes trailer R-77's move and is far from the
+    question in the dense space; the incident reports f0..f5 are near it and share its words
+    (dock, lead, hub, trailer, other trailers' R- numbers). No entity holds R-77. uX writes
+    "SR-770", which is not R-77; `extra_r77` fillers write R-77 too, making it common."""
+    vecs = {"uM": [0.1, 0.0, 0.995], "uX": [0.0, 1.0, 0.0]}
+    texts = {"uM": "Trailer R-77 left Valencia on 17 March and is stationed at the Milan hub.",
+             "uX": "Order SR-770 for the hub shipped late."}
+    for i in range(6):
+        vecs[f"f{i}"] = [0.9, 0.436, 0.0]
+        texts[f"f{i}"] = f"Incident at the hub: the dock lead found trailer R-{50 + i} warm; the trailer was moved."
+    for i in range(extra_r77):
+        vecs[f"e{i}"] = [0.0, 0.0, 1.0]
+        texts[f"e{i}"] = "A note that mentions trailer R-77 in passing."
+    units = {u: {"doc_id": "d" + u, "text": t} for u, t in texts.items()}
+    docs = {row["doc_id"]: {"title": ""} for row in units.values()}
+    entities = {"valencia": {"title": "Valencia", "unit_ids": ["uM"]}, "hub": {"title": "hub", "unit_ids": sorted(units)}}
+    return rows_store(units=units, docs=docs, entities=entities, relationships={}, names={},
+                      vectors=lambda kind: _ExactVectors(vecs), match_names=lambda question: [])
+
+
+def test_an_identifier_the_question_writes_seeds_the_passages_that_write_it():
+    r = GraphRetriever(_identifier_store())
+    question = _asked(r, "Who is the dock lead at the hub that trailer R-77 was moved to?",
+                      np.array([1.0, 0.0, 0.0], dtype=np.float32))
+    w = RetrievalSection()
+    # The passages writing R-77 whole: uM, not uX's SR-770.
+    assert {code: [r.unit_ids[i] for i in rows] for code, rows in r.identifier_passages(question, w).items()} == \
+        {"R-77": ["uM"]}
+    without = [u for u, _ in r.rank(question, RetrievalSection(code_seeds=False), 5)]
+    ranked = [u for u, _ in r.rank(question, w, 5)]
+    # Without the identifier's seed the incident reports fill the first places and uM is not among
+    # them; with it uM comes second: the first place stays the passage scores' best (keep_first).
+    assert "uM" not in without
+    assert ranked[1] == "uM" and ranked[0] == without[0]
+
+
+def test_an_identifier_in_more_passages_than_the_candidates_or_held_by_a_named_entity_is_no_seed():
+    common = GraphRetriever(_identifier_store(extra_r77=4))
+    question = _asked(common, "Who is the dock lead at the hub that trailer R-77 was moved to?",
+                      np.array([1.0, 0.0, 0.0], dtype=np.float32))
+    assert len(common.identifier_passages(question, RetrievalSection())["R-77"]) == 5
+    assert common.identifier_passages(question, _unchecked(**{**RetrievalSection().model_dump(), "candidates": 4})) == {}
+    # A named entity whose title does not hold the identifier leaves it a seed of its own; one whose
+    # title holds it ("Trailer R-77") is the seed instead.
+    r = GraphRetriever(_identifier_store())
+    named = parse_question(r.store, "Where is trailer R-77?", None, named=["valencia"])
+    assert list(r.identifier_passages(named, RetrievalSection())) == ["R-77"]
+    r77 = rows_store(units={"uM": {"doc_id": "dM", "text": "Trailer R-77 is in Milan."}}, docs={"dM": {"title": ""}},
+                     entities={"t": {"title": "Trailer R-77", "unit_ids": ["uM"]}}, relationships={}, names={},
+                     vectors=lambda kind: _ExactVectors({"uM": [1.0, 0.0, 0.0]}), match_names=lambda q: ["t"])
+    held = GraphRetriever(r77)
+    assert held.identifier_passages(parse_question(held.store, "Where is trailer R-77?", None), RetrievalSection()) == {}
