@@ -272,8 +272,9 @@ class GraphRetriever:
     def identifier_passages(self, question: Question, w: RetrievalSection) -> dict[str, np.ndarray]:
         """Identifier -> indexes of the passages that write it (whole, case aside), for each
         identifier of the question (lexical.identifiers) that no entity it names already holds
-        and that at most `candidates` passages write (more is no longer specific, and reading
-        them all would cost a question more than the rest of its ranking)."""
+        and whose words BM25 finds together in at most `candidates` passages (those are the ones
+        read to see whether they write it whole: more is no longer specific, and reading them all
+        would cost a question more than the rest of its ranking)."""
         names = [(self.store.entities.value(e, "title") or "").casefold() for e in question.named]
         out: dict[str, np.ndarray] = {}
         for code in identifiers(question.text):

@@ -76,8 +76,9 @@ class RetrievalSection(Section):
     code_seeds: bool = Field(True, description="Identifiers the question writes (a word of letters and digits, "
                              "such as R-77, HQ-52910 or PS5; not an ordinal such as 4th) are seeds even where "
                              "extraction made no entity of them: the passages that contain one share its restart "
-                             "mass, with support and specificity as an entity seed's. An identifier in more "
-                             "passages than `candidates` is not followed (query/retrieval.py).")
+                             "mass, with support and specificity as an entity seed's. An identifier whose words "
+                             "appear together in more passages than `candidates` is not followed "
+                             "(query/retrieval.py).")
     seed_support_scale: float = Field(1.25, gt=0, description="A seed's support is min(1, this x the mean passage "
                                       "score over the passages it occurs in).")
     keep_dense: int = Field(5, ge=0, le=50, description="The guarantee: this many first passages of basic "
