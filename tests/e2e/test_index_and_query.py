@@ -74,6 +74,11 @@ def test_first_run_paid_for_extraction_and_second_run_paid_nothing(indexed):
     for stage in ("extract", "reports"):
         assert second.results[stage].usage.calls == 0, stage
         assert second.results[stage].rows["sent"] == 0, stage
+    # Each gleaning call resumed from its unit's saved prompt state on the embedded server
+    # (llm.prompt_cache_mb; llm/llama_serve.py), which writes a line for each such call.
+    gleaned = sum(n for k, n in ex1.rows.items() if k.startswith("gleaned_round"))
+    log = (first.cache_dir / "embedded-server.log").read_text(errors="replace")
+    assert gleaned > 0 and log.count("Llama._create_completion: cache hit") >= gleaned
     summary = format_summary(second, 1.0)
     assert "No LLM call was paid for in this run" in summary
     assert "already have an extraction" in " ".join(second.results["extract"].notes)

@@ -23,3 +23,27 @@ def sample_extraction_bodies(n: int, max_tokens: int | None = None, chars: int |
     shaper = RequestShaper(PROFILES["llama_cpp"], cfg.llm.model)
     return [shaper.body(build_request(d.name, d.read_text()[:chars], prompts, cfg.extract))
             for d in sorted(SAMPLE_DOCS.glob("*.md"))[:n]]
+
+
+
+def sample_glean_bodies(answers: list[str], max_tokens: int | None = None, chars: int | None = None) -> list[dict]:
+    """The gleaning requests corpusgraph sends after the bodies of
+    sample_extraction_bodies(len(answers), max_tokens, chars) were answered with `answers`: the same
+    system prompt and text, then the continue prompt naming what each answer found."""
+    from corpusgraph.config import load_config
+    from corpusgraph.llm.base import ChatResult
+    from corpusgraph.llm.profiles import PROFILES
+    from corpusgraph.llm.shape import RequestShaper
+    from corpusgraph.stages.extract.llm import build_pack_request, extract_identity
+    from corpusgraph.stages.extract.parse import split_pack_answer
+
+    sets = {"extract.max_tokens": str(max_tokens)} if max_tokens is not None else {}
+    cfg = load_config(REPO / "conf" / "local.yaml", sets)
+    prompts, _, _ = extract_identity(cfg.extract, cfg.prompt_path, cfg.llm.model)
+    shaper = RequestShaper(PROFILES["llama_cpp"], cfg.llm.model)
+    bodies = []
+    for d, answer in zip(sorted(SAMPLE_DOCS.glob("*.md")), answers):
+        prior = split_pack_answer(ChatResult(id=d.name, text=answer), 1, cfg.extract)[0]
+        bodies.append(shaper.body(build_pack_request(d.name, [d.read_text()[:chars]], prompts, cfg.extract,
+                                                     priors=[prior])))
+    return bodies

@@ -22,13 +22,17 @@ class ChatEndpoint:
     url(section) returns the base URL the OpenAI-compatible clients call for `section` (a stage's
     llm section; default the one given here), or None where the section names its own endpoints.
     `log` is told when the embedded server starts, since that takes seconds and a person watching
-    should know why.
+    should know why. `prompt_states`: the embedded server keeps earlier requests' prompt states in
+    up to `llm.prompt_cache_mb` (an index run, whose gleaning calls resume from them); the query
+    side's requests share no more than a system prompt with each other, so it keeps none.
     """
 
-    def __init__(self, llm: LLMSection, log_path: str | Path, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, llm: LLMSection, log_path: str | Path, log: Callable[[str], None] | None = None,
+                 prompt_states: bool = False) -> None:
         self.llm = llm
         self.log_path = Path(log_path)
         self._log = log
+        self._prompt_states = prompt_states
         self._server = None
 
     def url(self, section: LLMSection | None = None) -> str | None:
@@ -41,7 +45,8 @@ class ChatEndpoint:
             if self._log is not None:
                 self._log(f"starting the embedded model server ({llm.model}, CPU)")
             server = EmbeddedServer(n_ctx=llm.n_ctx, model_alias=llm.model, log_path=self.log_path,
-                                    n_threads=llm.threads or None)
+                                    n_threads=llm.threads or None,
+                                    prompt_cache_mb=llm.prompt_cache_mb if self._prompt_states else 0)
             server.start()
             self._server = server
         return self._server.base_url

@@ -22,6 +22,22 @@ mirostat or no grammar gets llama-cpp-python's own sampler. If the installed lla
 any function this relies on, the server says so on its log and runs the stock sampler; so does a
 server started with CORPUSGRAPH_LLAMA_SAMPLER=stock in its environment (for comparisons).
 What the check saves is measured in tests/benchmarks/results/embedded.json (`grammar_sampler`).
+
+Prompt states (`--cache true`, which llm/server.py passes when `llm.prompt_cache_mb` is above 0).
+llama-cpp-python keeps the state of the last request, so a request reuses the part of its prompt
+that the previous one shares (the system prompt); with its RAM cache it also keeps the states of
+earlier requests and resumes from the one sharing the longest prefix. What that buys here is
+gleaning: a gleaning call repeats its unit's first call up to the end of the unit's text and only
+then adds what was found, but it comes in a later pass, after every other unit's first call, when
+the server's own state is long gone. Three changes make the cache fit that use:
+- A state is saved without llama-cpp-python's copy of the logits (`Llama.scores`: n_batch x the
+  vocabulary, 100 MB for SmolLM2, held per state and not counted in the cache's size). Without
+  logits_all nothing reads those rows (sampling reads the context's own logits, and a resumed
+  prompt always evaluates at least its last token again), so a resumed answer is the same.
+- A saved state is resumed from only when it shares MIN_RESUME_TOKENS more of the prompt than the
+  state the model holds (llama-cpp-python resumes for a single token more).
+- A call that resumed from a saved state for more than half of its prompt saves none: that state
+  serves the unit's next round as well, and the cache's room stays with states no call has used.
 """
 
 from __future__ import annotations
@@ -29,9 +45,10 @@ from __future__ import annotations
 import ctypes
 import math
 import sys
+import weakref
 from typing import Any
 
-__all__ = ["GreedyGrammarSampler", "install", "main", "missing"]
+__all__ = ["GreedyGrammarSampler", "install", "install_states", "main", "missing", "missing_states", "state_cache"]
 
 # What the sampler below uses of llama-cpp-python (0.3.36, pinned in pyproject.toml).
 _NEEDED = {
@@ -39,6 +56,12 @@ _NEEDED = {
                   "llama_token_data_p", "llama_token_data_array"),
     "llama_cpp._internals": ("LlamaSampler",),
     "llama_cpp.llama": ("Llama",),
+}
+# What install_states uses of it.
+_NEEDED_STATES = {
+    "llama_cpp": ("llama_state_get_size", "llama_state_get_data", "LlamaRAMCache"),
+    "llama_cpp.llama": ("Llama", "LlamaState"),  # and Llama.longest_token_prefix, set_cache, _input_ids
+    "llama_cpp.llama_cache": ("LlamaRAMCache",),
 }
 
 
@@ -128,6 +151,92 @@ class GreedyGrammarSampler:
 
 
 _STOCK: Any = None
+_STOCK_STATE: Any = None  # Llama.save_state and Llama.set_cache as llama-cpp-python has them
+
+
+# A saved state is resumed from only when it shares this many more tokens with the prompt than
+# the state the model holds: loading one copies all of it, which costs about what evaluating 15
+# prompt tokens does (SmolLM2 on 2 cores: 46 ms to load the state of a 1,053-token call, 3.1 ms
+# a token to evaluate), so a resume for a few tokens more (units that open alike) does not pay.
+MIN_RESUME_TOKENS = 32
+
+
+def _lean_save_state(self):
+    """Llama.save_state without the logits copy (module doc), or None when the cache says this
+    call resumed from a state that serves its next round as well."""
+    cache = self.cache
+    if getattr(cache, "skip_save", False):
+        cache.skip_save = False
+        return None
+    stock_save, _ = _STOCK_STATE
+    if self._logits_all:
+        return stock_save(self)
+    import llama_cpp
+    import numpy as np
+    from llama_cpp.llama import LlamaState
+
+    size = int(llama_cpp.llama_state_get_size(self._ctx.ctx))
+    buf = bytearray(size)
+    written = int(llama_cpp.llama_state_get_data(self._ctx.ctx, (ctypes.c_uint8 * size).from_buffer(buf), size))
+    if written > size:
+        raise RuntimeError("llama_state_get_data wrote more than llama_state_get_size said")
+    if written < size:
+        del buf[written:]
+    # One row of zeros: load_state broadcasts it over the rows nothing reads without logits_all.
+    return LlamaState(scores=np.zeros((1, self._n_vocab), dtype=np.single), input_ids=self.input_ids.copy(),
+                      n_tokens=self.n_tokens, llama_state=buf, llama_state_size=written, seed=self._seed)
+
+
+def _set_cache(self, cache) -> None:
+    """Llama.set_cache, telling a state_cache which model's held state to compare with."""
+    _, stock_set = _STOCK_STATE
+    if hasattr(cache, "held_by"):
+        cache.held_by = weakref.ref(self)
+    stock_set(self, cache)
+
+
+_STATE_CACHE: Any = None
+
+
+def state_cache(capacity_bytes: int):
+    """llama-cpp-python's RAM cache of prompt states, as this server keeps them (module doc): a
+    saved state is resumed from only when it shares MIN_RESUME_TOKENS more of the prompt than the
+    state the model holds, and a call that resumed from one for more than half of its prompt saves
+    none. install_states() makes llama_cpp.server build this one for --cache true."""
+    global _STATE_CACHE
+    if _STATE_CACHE is None:
+        from llama_cpp.llama import Llama
+        from llama_cpp.llama_cache import LlamaRAMCache
+
+        class StateCache(LlamaRAMCache):
+            def __init__(self, capacity_bytes: int) -> None:
+                super().__init__(capacity_bytes=capacity_bytes)
+                self.held_by = None  # weakref to the Llama whose cache this is (Llama.set_cache)
+                self.skip_save = False  # for the call under way; read and reset by its save
+                self.resumed = 0  # calls that resumed from a saved state
+
+            def __getitem__(self, key):
+                self.skip_save = False
+                key = tuple(key)
+                best = self._find_longest_prefix_key(key)
+                if best is None:
+                    raise KeyError("no saved state shares a prefix with this prompt")
+                shared = Llama.longest_token_prefix(best, key)
+                model = self.held_by() if self.held_by is not None else None
+                held = Llama.longest_token_prefix(model._input_ids.tolist(), key) if model is not None else 0
+                if shared < held + MIN_RESUME_TOKENS:
+                    raise KeyError("no saved state shares enough more of this prompt than the held one")
+                self.skip_save = 2 * shared > len(key)
+                self.resumed += 1
+                self.cache_state.move_to_end(best)
+                return self.cache_state[best]
+
+            def __setitem__(self, key, value) -> None:
+                if value is not None:
+                    super().__setitem__(key, value)
+
+        _STATE_CACHE = StateCache
+    return _STATE_CACHE(capacity_bytes)
 
 
 def install() -> bool:
@@ -155,14 +264,55 @@ def install() -> bool:
     return True
 
 
+def missing_states() -> list[str]:
+    """What install_states needs and the installed llama-cpp-python lacks (empty: everything)."""
+    import importlib
+
+    gone: list[str] = []
+    for module, names in _NEEDED_STATES.items():
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            gone.append(module)
+            continue
+        gone += [f"{module}.{n}" for n in names if not hasattr(mod, n)]
+    return gone
+
+
+def install_states() -> bool:
+    """Save prompt states of every `Llama` in this process without the logits copy, let a call
+    that resumed from a saved state save none, and make llama_cpp.server's RAM cache the one of
+    `state_cache` (module doc); False (and nothing changed) when llama-cpp-python lacks something
+    this relies on. Installing twice changes nothing."""
+    global _STOCK_STATE
+    if missing_states():
+        return False
+    if _STOCK_STATE is None:
+        import llama_cpp
+        from llama_cpp.llama import Llama
+
+        _STOCK_STATE = (Llama.save_state, Llama.set_cache)
+        Llama.save_state, Llama.set_cache = _lean_save_state, _set_cache
+        llama_cpp.LlamaRAMCache = state_cache  # what llama_cpp.server builds for --cache true --cache_type ram
+    return True
+
+
 def uninstall() -> None:
-    """Put llama-cpp-python's own sampler back (for tests that compare the two)."""
-    global _STOCK
+    """Put llama-cpp-python's own sampler and state saving back (for tests that compare them)."""
+    global _STOCK, _STOCK_STATE
     if _STOCK is not None:
         from llama_cpp.llama import Llama
 
         Llama._init_sampler = _STOCK
         _STOCK = None
+    if _STOCK_STATE is not None:
+        import llama_cpp
+        from llama_cpp.llama import Llama
+        from llama_cpp.llama_cache import LlamaRAMCache
+
+        Llama.save_state, Llama.set_cache = _STOCK_STATE
+        llama_cpp.LlamaRAMCache = LlamaRAMCache
+        _STOCK_STATE = None
 
 
 def main() -> None:
@@ -175,6 +325,12 @@ def main() -> None:
     else:
         said = f"llama-cpp-python lacks {', '.join(missing())}; running its own grammar sampler"
     print(f"corpusgraph: {said}", file=sys.stderr, flush=True)
+    if "--cache" in sys.argv[1:]:
+        if install_states():
+            said = "prompt states are saved without the logits copy; a call that resumed from one saves none"
+        else:
+            said = f"llama-cpp-python lacks {', '.join(missing_states())}; its own prompt-state cache runs"
+        print(f"corpusgraph: {said}", file=sys.stderr, flush=True)
     from llama_cpp.server.__main__ import main as serve
 
     serve()

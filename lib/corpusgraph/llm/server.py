@@ -74,6 +74,9 @@ class EmbeddedServer:
     two threads and with one, on 2 cores: tests/benchmarks/results/embedded.json).
     llama.cpp's threads spin while they wait for each other, so on cores that other busy work
     shares, fewer threads can be faster: set `llm.threads` there.
+
+    prompt_cache_mb: room for earlier requests' prompt states (`llm.prompt_cache_mb`; 0: none
+    beyond the last request's), see llm/llama_serve.py.
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class EmbeddedServer:
         model_alias: str = "smollm2",
         n_ctx: int = 4096,
         n_threads: int | None = None,
+        prompt_cache_mb: int = 0,
         gguf_path: str | Path | None = None,
         startup_timeout_s: float = 60.0,
         stop_grace_s: float = 10.0,
@@ -92,6 +96,7 @@ class EmbeddedServer:
         self.model = model_alias
         self.n_ctx = n_ctx
         self.n_threads = n_threads
+        self.prompt_cache_mb = prompt_cache_mb
         self.gguf_path = Path(gguf_path) if gguf_path else None
         self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
@@ -133,6 +138,12 @@ class EmbeddedServer:
         ]
         threads = self.n_threads or usable_cores()  # llm/cores.py: the affinity, capped by a CPU quota
         cmd += ["--n_threads", str(threads), "--n_threads_batch", str(threads)]
+        # llama_cpp.server keeps every prompt token's logits by default (logits_all): a vocabulary-wide
+        # row per token (196 KB for SmolLM2), copied on each call and into each saved prompt state.
+        # Only logprobs need them, and corpusgraph asks for none; sampling reads the last token's.
+        cmd += ["--logits_all", "false"]
+        if self.prompt_cache_mb > 0:  # llm.prompt_cache_mb; llm/llama_serve.py says what the cache keeps
+            cmd += ["--cache", "true", "--cache_type", "ram", "--cache_size", str(self.prompt_cache_mb << 20)]
         return cmd + self.extra_args
 
     def start(self) -> "EmbeddedServer":

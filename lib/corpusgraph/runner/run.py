@@ -66,7 +66,7 @@ class RunContext:
         # DataFrames of documents handed to the Python API (corpusgraph.index(df, cfg), runner/api.py),
         # by input name: ingest reads them beside ingest.inputs.
         self.input_frames: dict[str, object] = dict(input_frames or {})
-        self.endpoint = ChatEndpoint(cfg.llm, self.cache_dir / "embedded-server.log", log=self.log)
+        self.endpoint = ChatEndpoint(cfg.llm, self.cache_dir / "embedded-server.log", log=self.log, prompt_states=True)
 
     def note_collected(self, nbytes: int) -> None:
         """Count bytes a step brought into the driver process; the runner puts the stage's total

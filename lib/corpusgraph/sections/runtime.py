@@ -116,6 +116,13 @@ class LLMSection(Section):
                          "process's CPU affinity, capped by a container's CPU quota). "
                          "llama.cpp's threads spin while they wait for each other, so on cores shared with "
                          "other busy work fewer can be faster; unused for other backends.")
+    prompt_cache_mb: int = Field(2048, ge=0, description="Memory the embedded server of an index run may keep earlier "
+                                 "requests' prompt states in (llama-cpp-python's RAM cache; the query side keeps "
+                                 "none), so a call resumes from the saved state "
+                                 "that shares the longest prefix with its prompt: a gleaning call then evaluates only "
+                                 "what follows its unit's text (llm/llama_serve.py). A state costs the model's KV "
+                                 "cache of its tokens (about 22 MB for a 600-token unit and its answer on SmolLM2); "
+                                 "the oldest go first. 0 turns it off; unused for other backends.")
     concurrency: int = Field(2, ge=1, description="Requests in flight per worker actor (over all its endpoints); "
                              "the cluster keeps concurrency x ray.actors in flight.")
     max_in_flight_per_endpoint: int | None = Field(
