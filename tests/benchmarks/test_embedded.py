@@ -212,6 +212,83 @@ def test_grammar_sampler_on_the_sample(tmp_path):
     assert same, "the check-first sampler changed an answer"
 
 
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+@pytest.mark.llm
+def test_prompt_states_on_the_sample(tmp_path):
+    """The embedded server as it was before prompt states (the reference: no cache of earlier
+    requests' states, and llama_cpp.server's default of keeping every prompt token's logits) and
+    as an index run starts it now (`llm.prompt_cache_mb`, logits of the last token only), both
+    started in this run: the extraction requests of the first SAMPLER_UNITS sample documents, then
+    their gleaning requests (built from each server's own answers), as the extract stage sends
+    them: a first pass over every unit, then the gleaning pass. Each request goes to one server
+    and then the other (alternating which first), one at a time over HTTP.
+    Records each pass's seconds per server, the prompt tokens each server evaluated (llama.cpp's
+    `prompt eval time` lines in its log), its resident memory at the end, and whether every answer is the
+    same text."""
+    import re
+
+    import httpx
+
+    from corpusgraph.config import load_config
+    from corpusgraph.llm.server import EmbeddedServer
+    from tests.support.extract_requests import sample_extraction_bodies, sample_glean_bodies
+
+    cfg = load_config(REPO / "conf" / "local.yaml", {})
+    firsts = sample_extraction_bodies(SAMPLER_UNITS)
+    kinds = ("reference", "prompt_states")
+    runs = {k: {"first_s": 0.0, "glean_s": 0.0, "texts": []} for k in kinds}
+    with contextlib.ExitStack() as stack:
+        servers = {
+            "reference": EmbeddedServer(log_path=tmp_path / "reference.log", model_alias=cfg.llm.model,
+                                        n_ctx=cfg.llm.n_ctx, extra_args=["--logits_all", "true"]),
+            "prompt_states": EmbeddedServer(log_path=tmp_path / "prompt_states.log", model_alias=cfg.llm.model,
+                                            n_ctx=cfg.llm.n_ctx, prompt_cache_mb=cfg.llm.prompt_cache_mb),
+        }
+        for server in servers.values():
+            stack.enter_context(server)
+        client = stack.enter_context(httpx.Client(timeout=900))
+
+        def post(k: str, body: dict, phase: str) -> None:
+            started = time.perf_counter()
+            answer = client.post(f"{servers[k].base_url}/chat/completions", json=body).raise_for_status().json()
+            runs[k][phase] += time.perf_counter() - started
+            runs[k]["texts"].append(answer["choices"][0]["message"]["content"])
+
+        for i, body in enumerate(firsts):
+            for k in kinds if i % 2 == 0 else kinds[::-1]:
+                post(k, body, "first_s")
+        gleans = {k: sample_glean_bodies(runs[k]["texts"][: len(firsts)]) for k in kinds}
+        for i in range(len(firsts)):
+            for k in kinds if i % 2 == 0 else kinds[::-1]:
+                post(k, gleans[k][i], "glean_s")
+        rss = {k: _rss_mb(servers[k]._proc.pid) for k in kinds}
+    result: dict = {"requests": {"first": len(firsts), "glean": len(firsts)},
+                    "what": "extraction requests of the first sample documents (conf/local.yaml), then their "
+                    "gleaning requests, each to both servers in turn (alternating which first), one at a time "
+                    "over HTTP; reference: no prompt states, every prompt token's logits kept"}
+    for k in kinds:
+        log = (tmp_path / f"{k}.log").read_text(errors="replace")
+        result[k] = {"first_s": round(runs[k]["first_s"], 1), "glean_s": round(runs[k]["glean_s"], 1),
+                     "prompt_tokens_evaluated": sum(int(n) for n in re.findall(r"prompt eval time =\s+[\d.]+ ms /\s+(\d+) tokens", log)),
+                     "resumed": log.count("Llama._create_completion: cache hit"), "rss_mb_end": rss[k]}
+    ref, new = result["reference"], result["prompt_states"]
+    result["glean_speedup"] = round(ref["glean_s"] / new["glean_s"], 3)
+    result["speedup"] = round((ref["first_s"] + ref["glean_s"]) / (new["first_s"] + new["glean_s"]), 3)
+    result["same_answers"] = runs["reference"]["texts"] == runs["prompt_states"]["texts"]
+    result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["measured"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    update_results("prompt_states", result)
+    print(json.dumps(result, indent=2))
+    assert result["same_answers"], "prompt states changed an answer"
+    assert new["resumed"] == len(firsts), "a gleaning call did not resume from its unit's state"
+
+
 # --- The first command and the dev builds ------------------------------------------------------
 
 # The README's two questions ("On a fresh machine") and the sample documents their answers rest
