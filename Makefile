@@ -12,7 +12,7 @@ CONF ?= conf/local.yaml
 UI_VENDOR := serving/ui/vendor
 PYTEST := $(BIN)/python -m pytest -p no:cacheprovider
 
-.PHONY: setup jars ui-vendor browser docs test test-unit test-fuzz test-spark test-e2e test-faults test-cluster test-package test-container container-base index query bench bench-llm bench-overhead bench-embedded bench-scale bench-graphrag-venv clean
+.PHONY: setup jars ui-vendor browser docs test test-unit test-fuzz test-spark test-e2e test-faults test-cluster test-package test-container container-base index query bench bench-llm bench-overhead bench-embedded bench-first-command bench-scale bench-graphrag-venv clean
 # One line per step; pip and Maven run quietly (their warnings and errors still show).
 PIP := PIP_ROOT_USER_ACTION=ignore $(BIN)/pip --disable-pip-version-check
 setup: $(STAMP) jars/.complete $(UI_VENDOR)/.complete
@@ -160,6 +160,12 @@ bench-llm: setup
 # times. CORPUSGRAPH_BENCH_EMBEDDED_PREVIOUS=1 runs the sample with the settings before issue 45.
 bench-embedded: setup
 	$(PYTEST) tests/benchmarks/test_embedded.py -m slow -s --timeout 7200
+
+# The README's first command on a fresh clone of HEAD, timed end to end (set-up, index, both
+# questions); writes first_command_s to tests/benchmarks/results/embedded.json. Run it alone.
+# CORPUSGRAPH_BENCH_EMPTY_CACHES=1 gives pip, Maven and npm empty caches (set-up compiles llama.cpp).
+bench-first-command: setup
+	$(PYTEST) tests/benchmarks/test_first_command.py -m slow -s --timeout 10800
 
 # The fixed overhead of a run per stage on three documents with the scripted server (seconds, Spark
 # SQL executions, the driver JVM's CPU seconds); writes tests/benchmarks/results/run_overhead.json.
