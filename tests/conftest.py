@@ -43,6 +43,9 @@ def spark(tmp_path_factory):
             "spark.sql.warehouse.dir": str(tmp / "warehouse"),  # keep spark-warehouse/ out of the repo
             "spark.driver.extraJavaOptions": f"-Dderby.system.home={tmp}",  # and derby.log
             "spark.databricks.delta.snapshotPartitions": "2",  # Delta log replay on 2 cores
+            # A JVM error's Java stack in the Python traceback: a planner failure seen once in a full
+            # run (tests/verbs/test_resolve.py, 2026-12-07) showed only its message without it.
+            "spark.sql.pyspark.jvmStacktrace.enabled": "true",
         },
     )
     session = build_spark(section, local_dirs=str(tmp / "local"))
