@@ -65,18 +65,24 @@ _NEEDED_STATES = {
 }
 
 
-def missing() -> list[str]:
-    """What this module needs and the installed llama-cpp-python lacks (empty: everything is there)."""
+def _absent(needed: dict[str, tuple[str, ...]]) -> list[str]:
+    """The modules of `needed` that do not import and the names they lack, as module.name."""
     import importlib
 
     gone: list[str] = []
-    for module, names in _NEEDED.items():
+    for module, names in needed.items():
         try:
             mod = importlib.import_module(module)
         except ImportError:
             gone.append(module)
             continue
         gone += [f"{module}.{n}" for n in names if not hasattr(mod, n)]
+    return gone
+
+
+def missing() -> list[str]:
+    """What this module needs and the installed llama-cpp-python lacks (empty: everything is there)."""
+    gone = _absent(_NEEDED)
     if not gone:
         from llama_cpp._internals import LlamaSampler
         from llama_cpp.llama import Llama
@@ -266,22 +272,12 @@ def install() -> bool:
 
 def missing_states() -> list[str]:
     """What install_states needs and the installed llama-cpp-python lacks (empty: everything)."""
-    import importlib
-
-    gone: list[str] = []
-    for module, names in _NEEDED_STATES.items():
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            gone.append(module)
-            continue
-        gone += [f"{module}.{n}" for n in names if not hasattr(mod, n)]
-    return gone
+    return _absent(_NEEDED_STATES)
 
 
 def install_states() -> bool:
     """Save prompt states of every `Llama` in this process without the logits copy, let a call
-    that resumed from a saved state save none, and make llama_cpp.server's RAM cache the one of
+    that resumed from a saved state for more than half of its prompt save none, and make llama_cpp.server's RAM cache the one of
     `state_cache` (module doc); False (and nothing changed) when llama-cpp-python lacks something
     this relies on. Installing twice changes nothing."""
     global _STOCK_STATE
