@@ -1,13 +1,23 @@
-"""Basic search's ranking: dense and BM25 fused by reciprocal rank, then an optional reranker.
+"""Basic search's ranking: dense and BM25 fused, then an optional reranker.
 
 Hybrid retrieval is the baseline users deploy for vector RAG: the text-unit vectors find passages
 that say the question's meaning in other words, BM25 (query/lexical.py, over each unit's document
-title and text) finds those that share its rare words, and reciprocal rank fusion (RRF) adds the
-two without calibrating their scores against each other: a passage scores sum(1 / (k + rank)) over
-the rankings it is in. k = 60 is the constant of Cormack, Clarke and Buettcher, "Reciprocal Rank
-Fusion outperforms Condorcet and individual rank learning methods" (SIGIR 2009), chosen there on
-TREC runs; it is not tuned here. A reranker (llm/rerank.py: a cross-encoder behind TEI, vLLM or a
-Cohere-style endpoint, or the chat model listwise) then reorders the first candidates.
+title and text) finds those that share its rare words, and a fusion adds the two rankings
+(`query.fusion`):
+
+- relative_score (the default): each ranking's scores min-max normalised over its own hits (its
+  best 1, its last 0) and summed with equal weights; a passage missing from one ranking gets 0
+  from it. This is the convex combination that Bruch, Gai and Ingber ("An Analysis of Fusion
+  Functions for Hybrid Retrieval", ACM TOIS 2023) found ahead of reciprocal rank fusion in and
+  out of domain, and Weaviate's relativeScoreFusion. Unlike rank fusion it keeps how far apart
+  the scores are: a passage that one ranking puts far ahead of the rest (BM25 on a rare code or
+  name, which dense search on chat and web text misses) stays ahead.
+- rrf: reciprocal rank fusion, sum(1 / (k + rank)) over the rankings a passage is in, k = 60 (the
+  constant of Cormack, Clarke and Buettcher, SIGIR 2009, chosen there on TREC runs).
+
+Neither has a weight or constant tuned here; docs/results/retrieval.md compares the two. A reranker
+(llm/rerank.py: a cross-encoder behind TEI, vLLM or a Cohere-style endpoint, or the chat model
+listwise) then reorders the first candidates.
 
 `basic_ranking` is what basic search shows and what local search guarantees its top places
 against (query/retrieval.py), so the two are compared on the same footing.
@@ -28,14 +38,15 @@ if TYPE_CHECKING:
     from corpusgraph.query.loaded import LoadedIndex
     from corpusgraph.query.question import Question
 
-__all__ = ["RRF_K", "BasicRanking", "rrf", "basic_ranking", "dense_hits", "lexical_hits"]
+__all__ = ["RRF_K", "BasicRanking", "rrf", "relative_score", "basic_ranking", "dense_hits", "lexical_hits"]
 
 log = logging.getLogger(__name__)
 
 RRF_K = 60
 # Passages taken from each ranking into the fusion: the reranker's candidates and local search's
-# protected places come from the first few dozen, and a passage past this depth in both rankings
-# would score under 2 / (60 + 100) anyway.
+# protected places come from the first few dozen. A passage past this depth in both rankings would
+# score under 2 / (60 + 100) by rank fusion, and relative_score's lowest point (0) is each
+# ranking's score at this depth.
 DEPTH = 100
 # A vector index may still hold units of documents deleted since it was built: a few more hits
 # than needed keep the ranking filled after those are dropped.
@@ -44,7 +55,7 @@ _OVERFETCH = 5
 
 @dataclass
 class BasicRanking:
-    """Unit ids best first with their scores (the fused RRF score, the reranker's where it ran),
+    """Unit ids best first with their scores (the fused score, the reranker's where it ran),
     and how the ranking was made: `method` (dense, hybrid, hybrid+rerank), and for a reranker
     that failed, why the hybrid order was kept."""
 
@@ -62,6 +73,24 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[tuple[str, fl
     for ranking in rankings:
         for rank, item in enumerate(ranking, 1):
             score[item] = score.get(item, 0.0) + 1.0 / (k + rank)
+    order = {item: i for i, item in enumerate(score)}
+    return sorted(score.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+
+
+def relative_score(runs: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
+    """Items of the scored runs ((item, score) best first) by the sum of their min-max normalised
+    scores: in each run the best score counts 1 and the lowest 0 (every item 1 where a run's scores
+    are all equal); an item missing from a run gets 0 from it. Ties keep the order in which the
+    items were first met, run by run."""
+    score: dict[str, float] = {}
+    for run in runs:
+        if not run:
+            continue
+        values = [s for _, s in run]
+        low, high = min(values), max(values)
+        for item, s in run:
+            part = (s - low) / (high - low) if high > low else 1.0
+            score[item] = score.get(item, 0.0) + part
     order = {item: i for i, item in enumerate(score)}
     return sorted(score.items(), key=lambda kv: (-kv[1], order[kv[0]]))
 
@@ -89,7 +118,8 @@ def lexical_hits(retriever, text: str, depth: int) -> list[tuple[str, float]]:
 def basic_ranking(index: LoadedIndex, question: Question, section: QuerySection, limit: int,
                   reranker: Reranker | None = None) -> BasicRanking:
     """Basic search's ranking of the units for `question`, at most `limit` (section.basic says
-    dense or hybrid; `reranker`, when given with hybrid, reorders its first candidates)."""
+    dense or hybrid, section.fusion how hybrid fuses; `reranker`, when given with hybrid, reorders
+    its first candidates)."""
     store = index.store
     depth = max(limit, DEPTH)
     dense = dense_hits(store, question.vector, depth)
@@ -97,7 +127,10 @@ def basic_ranking(index: LoadedIndex, question: Question, section: QuerySection,
     if section.basic == "dense":
         return BasicRanking([u for u, _ in dense[:limit]], [s for _, s in dense[:limit]], "dense", dense_scores=cosine)
     lexical = lexical_hits(index.retriever(), question.text, depth)
-    fused = rrf([[u for u, _ in dense], [u for u, _ in lexical]])
+    if section.fusion == "rrf":
+        fused = rrf([[u for u, _ in dense], [u for u, _ in lexical]])
+    else:
+        fused = relative_score([dense, lexical])
     method, error = "hybrid", None
     if reranker is not None and fused:
         n = min(section.rerank.candidates, len(fused))

@@ -160,8 +160,12 @@ class QuerySection(Section):
     top_k_entities: int = Field(5, ge=1, le=50, description="Seed entities for local search.")
     basic: Literal["dense", "hybrid"] = Field("hybrid", description="Basic search's ranking, and the one local "
                                               "search guarantees its top places against: dense (the text-unit "
-                                              "vectors alone) or hybrid (dense and BM25 fused by reciprocal rank, "
-                                              "then the reranker where one is configured).")
+                                              "vectors alone) or hybrid (dense and BM25 fused as query.fusion "
+                                              "says, then the reranker where one is configured).")
+    fusion: Literal["relative_score", "rrf"] = Field(
+        "relative_score", description="How hybrid basic search fuses dense and BM25 (query/hybrid.py): "
+        "relative_score (each ranking's scores min-max normalised over its hits and summed with equal weights) "
+        "or rrf (reciprocal rank fusion, k = 60).")
     rerank: RerankSection = Field(default_factory=RerankSection, description="Basic search's optional reranker.")
     max_context_tokens: int = Field(12000, ge=200, description="Context budget for an answer, and per global map call "
                                     "(graphrag's local search reads 12,000 tokens), cut to fit the query model's "

@@ -1,4 +1,4 @@
-"""Basic search's ranking: reciprocal rank fusion, the rerankers against a real HTTP server of our
+"""Basic search's ranking: relative score and reciprocal rank fusion, the rerankers against a real HTTP server of our
 own (TEI, vLLM and Cohere-style shapes), the chat model as a listwise reranker (scripted here; the
 real bundled model in tests/llm), and what basic search reports about the ranking that ran."""
 
@@ -9,7 +9,7 @@ import pytest
 from corpusgraph.config import QuerySection, RerankSection
 from corpusgraph.llm.base import ChatResult
 from corpusgraph.llm.rerank import ChatReranker, HttpReranker, open_reranker, parse_listwise
-from corpusgraph.query.hybrid import rrf
+from corpusgraph.query.hybrid import relative_score, rrf
 from tests.support.query_fixtures import ScriptedChat, make_engine
 from tests.support.rerank_server import RerankServer
 
@@ -26,6 +26,46 @@ def test_rrf_rewards_agreement_and_keeps_first_met_order_on_ties():
     assert fused.index("a") < fused.index("c") and fused.index("a") < fused.index("d")
     assert [item for item, _ in rrf([["x", "y"], ["y", "x"]])] == ["x", "y"]  # a tie: as first met
     assert rrf([]) == [] and [i for i, _ in rrf([["only"]])] == ["only"]
+
+
+# BM25 puts x far ahead of every other hit; dense search puts x third, just under y and z.
+LEXICAL = [("x", 20.0), ("y", 2.0), ("z", 1.0)]
+DENSE = [("y", 0.60), ("z", 0.59), ("x", 0.55), ("w", 0.20)]
+
+
+def test_relative_score_keeps_a_hit_that_one_ranking_puts_far_ahead_where_rank_fusion_sees_only_ranks():
+    fused = relative_score([LEXICAL, DENSE])
+    # x: 1 (BM25's best) + (0.55 - 0.20) / (0.60 - 0.20) = 1.875; y: (2 - 1) / 19 + 1; z: 0 + 0.975; w: 0
+    assert [item for item, _ in fused] == ["x", "y", "z", "w"]
+    assert dict(fused)["x"] == pytest.approx(1.875) and dict(fused)["w"] == 0.0
+    # Rank fusion sees x 1st and 3rd against y 2nd and 1st, and puts y first.
+    assert [item for item, _ in rrf([[u for u, _ in LEXICAL], [u for u, _ in DENSE]])][0] == "y"
+
+
+def test_relative_score_on_equal_scores_missing_items_and_ties():
+    # Equal scores in a run count 1 each; an item missing from a run gets 0 from it.
+    assert relative_score([[("a", 3.0), ("b", 3.0)], [("c", 0.9), ("a", 0.1)]]) == [("a", 1.0), ("b", 1.0), ("c", 1.0)]
+    assert [item for item, _ in relative_score([[("x", 2.0), ("y", 1.0)], [("y", 2.0), ("x", 1.0)]])] == ["x", "y"]
+    assert relative_score([]) == [] and relative_score([[], [("only", 0.3)]]) == [("only", 1.0)]
+
+
+def test_hybrid_basic_search_fuses_as_query_fusion_says(store):
+    from corpusgraph.query.hybrid import basic_ranking, dense_hits, lexical_hits
+    from corpusgraph.query.loaded import LoadedIndex
+    from corpusgraph.query.question import parse_question
+    from tests.support.query_fixtures import FakeEmbedder
+
+    assert QuerySection().fusion == "relative_score"
+    loaded = LoadedIndex(store)
+    text = "Who mines copper near Grey Hollow?"
+    question = parse_question(store, text, FakeEmbedder().embed([text])[0])
+    dense = dense_hits(store, question.vector, 100)
+    lexical = lexical_hits(loaded.retriever(), text, 100)
+    assert dense and lexical
+    for fusion, expected in (("relative_score", relative_score([dense, lexical])),
+                             ("rrf", rrf([[u for u, _ in dense], [u for u, _ in lexical]]))):
+        got = basic_ranking(loaded, question, QuerySection(fusion=fusion), 10)
+        assert (got.method, got.unit_ids) == ("hybrid", [u for u, _ in expected[:10]]), fusion
 
 
 @pytest.mark.parametrize("backend,path", [("tei", "/rerank"), ("vllm_score", "/score"), ("cohere", "/v1/rerank")])
