@@ -37,6 +37,7 @@ class BasicContext:
     similarities: list[float] = field(default_factory=list)  # cosine with the question, per unit kept
     ranking: str = "dense"  # how the units were ranked: dense, hybrid, hybrid+rerank
     rerank_error: str | None = None  # a configured reranker that failed (the hybrid order was kept)
+    fusion: str | None = None  # how a hybrid ranking fused dense and BM25 (query.fusion)
 
 
 def unit_block(store: IndexStore, tag: str, unit_id: str) -> str:
@@ -67,7 +68,8 @@ def build_basic_context(store: IndexStore, question_vector: np.ndarray, section:
     return BasicContext(text=text, unit_ids=unit_ids[: len(taken)], tokens=count_tokens(text),
                         similarities=[float(score) for _, score in kept[: len(taken)]],
                         ranking=ranking.method if ranking is not None else "dense",
-                        rerank_error=ranking.rerank_error if ranking is not None else None)
+                        rerank_error=ranking.rerank_error if ranking is not None else None,
+                        fusion=ranking.fusion if ranking is not None else None)
 
 
 def basic_coverage(store: IndexStore, ctx: BasicContext, section: QuerySection) -> dict:
@@ -75,6 +77,7 @@ def basic_coverage(store: IndexStore, ctx: BasicContext, section: QuerySection) 
     one kept was."""
     last = round(ctx.similarities[-1], 4) if ctx.similarities else None
     return {"method": "basic", "k": section.top_k_units, "ranking": ctx.ranking, "last_similarity": last,
+            **({"fusion": ctx.fusion} if ctx.fusion else {}),
             **({"rerank_error": ctx.rerank_error} if ctx.rerank_error else {}),
             **context_coverage(store, ctx.unit_ids, ctx.tokens, section.max_context_tokens)}
 

@@ -180,6 +180,7 @@ def describe(coverage: dict[str, Any]) -> list[str]:
         )
         if coverage.get("basic_ranking"):
             lines.append(f"  first places guaranteed against basic search's {coverage['basic_ranking']} ranking"
+                         + (f" ({coverage['basic_fusion']} fusion)" if coverage.get("basic_fusion") else "")
                          + (f" (reranker failed: {coverage['rerank_error']})" if coverage.get("rerank_error") else ""))
         if method == "drift":
             lines.append(f"  primer reports: {coverage.get('primer_reports', 0)}; follow-ups: {coverage.get('follow_ups', 0)}")
@@ -187,7 +188,8 @@ def describe(coverage: dict[str, Any]) -> list[str]:
         sim = coverage.get("last_similarity")
         lines.append(
             f"Coverage: k {coverage.get('k')}, {coverage.get('units', 0)} units from {coverage.get('documents', 0)} "
-            f"documents, ranked {coverage.get('ranking', 'dense')}; last unit kept at similarity "
+            f"documents, ranked {coverage.get('ranking', 'dense')}"
+            f"{' (' + coverage['fusion'] + ' fusion)' if coverage.get('fusion') else ''}; last unit kept at similarity "
             f"{'n/a' if sim is None else f'{sim:.3f}'}; {_pct(coverage.get('budget_used'))} of the context budget"
         )
         if coverage.get("rerank_error"):

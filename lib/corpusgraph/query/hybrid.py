@@ -64,6 +64,7 @@ class BasicRanking:
     method: str
     rerank_error: str | None = None
     dense_scores: dict[str, float] = field(default_factory=dict)  # cosine with the question, where searched
+    fusion: str | None = None  # query.fusion, where the ranking is hybrid
 
 
 def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[tuple[str, float]]:
@@ -145,7 +146,7 @@ def basic_ranking(index: LoadedIndex, question: Question, section: QuerySection,
             fused = [(head[i], float(scores[i])) for i in order] + fused[n:]
             method = "hybrid+rerank"
     fused = fused[:limit]
-    return BasicRanking([u for u, _ in fused], [s for _, s in fused], method, error, cosine)
+    return BasicRanking([u for u, _ in fused], [s for _, s in fused], method, error, cosine, section.fusion)
 
 
 def _passage(store, unit_id: str, max_chars: int) -> str:

@@ -309,6 +309,7 @@ def local_search(index: LoadedIndex, chat: ChatModel, question: Question, sectio
         "units": len(ctx.unit_ids),
     }
     coverage = {**local_coverage(store, question, ctx, section), "basic_ranking": basic.method,
+                **({"basic_fusion": basic.fusion} if basic.fusion else {}),
                 **({"rerank_error": basic.rerank_error} if basic.rerank_error else {})}
     emit_context(store, ctx.unit_ids, True, ctx.tokens, coverage)  # before the model call
     if not ctx.text.strip():

@@ -119,6 +119,10 @@ def test_basic_search_reports_which_ranking_ran_and_keeps_hybrid_when_the_rerank
     dense = make_engine(store, ScriptedChat("ok [U1]."), basic="dense").ask(question, method="basic")
     hybrid = make_engine(store, ScriptedChat("ok [U1]."), basic="hybrid").ask(question, method="basic")
     assert dense.coverage["ranking"] == "dense" and hybrid.coverage["ranking"] == "hybrid"
+    # The fusion is reported where a hybrid ranking ran, and only there.
+    assert "fusion" not in dense.coverage and hybrid.coverage["fusion"] == "relative_score"
+    by_rank = make_engine(store, ScriptedChat("ok [U1]."), basic="hybrid", fusion="rrf").ask(question, method="basic")
+    assert by_rank.coverage["fusion"] == "rrf"
     with RerankServer() as srv:
         reranked = make_engine(store, ScriptedChat("ok [U1]."),
                                rerank={"backend": "tei", "api_base": srv.base_url}).ask(question, method="basic")
@@ -128,10 +132,11 @@ def test_basic_search_reports_which_ranking_ran_and_keeps_hybrid_when_the_rerank
     assert broken.coverage["ranking"] == "hybrid" and "rerank_error" in broken.coverage
     assert [c.unit_id for c in broken.citations] == [c.unit_id for c in hybrid.citations]
     local = make_engine(store, ScriptedChat("ok [U1]."), basic="hybrid").ask(question, method="local")
-    assert local.coverage["basic_ranking"] == "hybrid"
+    assert local.coverage["basic_ranking"] == "hybrid" and local.coverage["basic_fusion"] == "relative_score"
     assert QuerySection().basic == "hybrid"
     from corpusgraph.query.answer import format_answer
 
     assert "ranked hybrid+rerank" in format_answer(reranked)
     assert "the reranker failed, hybrid order kept" in format_answer(broken)
-    assert "guaranteed against basic search's hybrid ranking" in format_answer(local)
+    assert "guaranteed against basic search's hybrid ranking (relative_score fusion)" in format_answer(local)
+    assert "ranked hybrid (rrf fusion)" in format_answer(by_rank)
