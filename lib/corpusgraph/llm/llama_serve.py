@@ -277,9 +277,9 @@ def missing_states() -> list[str]:
 
 def install_states() -> bool:
     """Save prompt states of every `Llama` in this process without the logits copy, let a call
-    that resumed from a saved state for more than half of its prompt save none, and make llama_cpp.server's RAM cache the one of
-    `state_cache` (module doc); False (and nothing changed) when llama-cpp-python lacks something
-    this relies on. Installing twice changes nothing."""
+    that resumed from a saved state for more than half of its prompt save none, and make
+    llama_cpp.server's RAM cache the one of `state_cache` (module doc); False (and nothing changed)
+    when llama-cpp-python lacks something this relies on. Installing twice changes nothing."""
     global _STOCK_STATE
     if missing_states():
         return False

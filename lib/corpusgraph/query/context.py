@@ -118,9 +118,7 @@ def local_context(index: LoadedIndex, question: Question, section: QuerySection,
     reports = [_report(store, cid, f"P{i}") for i, cid in enumerate(ctx.community_ids, 1)]
     sims = _similarities(store, ctx.unit_ids, question.vector)
     units = [_unit(store, u, f"U{i}", i, s) for i, (u, s) in enumerate(zip(ctx.unit_ids, sims), 1)]
-    coverage = {**local_coverage(store, question, ctx, section), "basic_ranking": basic.method,
-                **({"basic_fusion": basic.fusion} if basic.fusion else {}),
-                **({"rerank_error": basic.rerank_error} if basic.rerank_error else {})}
+    coverage = {**local_coverage(store, question, ctx, section), **basic.guard_coverage()}
     return RetrievedContext(question=question.text, method="local", units=units, entities=entities,
                             relationships=rels, claims=claims, reports=reports, context_tokens=ctx.tokens,
                             coverage=coverage, text=ctx.text, details={"section_tokens": ctx.section_tokens})

@@ -189,7 +189,8 @@ def describe(coverage: dict[str, Any]) -> list[str]:
         lines.append(
             f"Coverage: k {coverage.get('k')}, {coverage.get('units', 0)} units from {coverage.get('documents', 0)} "
             f"documents, ranked {coverage.get('ranking', 'dense')}"
-            f"{' (' + coverage['fusion'] + ' fusion)' if coverage.get('fusion') else ''}; last unit kept at similarity "
+            + (f" ({coverage['fusion']} fusion)" if coverage.get("fusion") else "")
+            + "; last unit kept at similarity "
             f"{'n/a' if sim is None else f'{sim:.3f}'}; {_pct(coverage.get('budget_used'))} of the context budget"
         )
         if coverage.get("rerank_error"):

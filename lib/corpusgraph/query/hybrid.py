@@ -66,6 +66,12 @@ class BasicRanking:
     dense_scores: dict[str, float] = field(default_factory=dict)  # cosine with the question, where searched
     fusion: str | None = None  # query.fusion, where the ranking is hybrid
 
+    def guard_coverage(self) -> dict:
+        """What local and drift search's coverage says of the ranking their first places are
+        guaranteed against: its method, its fusion, and a reranker's failure."""
+        return {"basic_ranking": self.method, **({"basic_fusion": self.fusion} if self.fusion else {}),
+                **({"rerank_error": self.rerank_error} if self.rerank_error else {})}
+
 
 def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[tuple[str, float]]:
     """Items of the rankings (each best first) by sum(1 / (k + rank)), rank counted from 1; ties
@@ -74,8 +80,7 @@ def rrf(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[tuple[str, fl
     for ranking in rankings:
         for rank, item in enumerate(ranking, 1):
             score[item] = score.get(item, 0.0) + 1.0 / (k + rank)
-    order = {item: i for i, item in enumerate(score)}
-    return sorted(score.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+    return _best_first(score)
 
 
 def relative_score(runs: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
@@ -92,8 +97,12 @@ def relative_score(runs: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[st
         for item, s in run:
             part = (s - low) / (high - low) if high > low else 1.0
             score[item] = score.get(item, 0.0) + part
-    order = {item: i for i, item in enumerate(score)}
-    return sorted(score.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+    return _best_first(score)
+
+
+def _best_first(score: dict[str, float]) -> list[tuple[str, float]]:
+    """(item, score) by score, highest first; ties keep the dict's order (first met: the sort is stable)."""
+    return sorted(score.items(), key=lambda kv: -kv[1])
 
 
 def dense_hits(store, question_vector: np.ndarray, depth: int) -> list[tuple[str, float]]:

@@ -308,9 +308,7 @@ def local_search(index: LoadedIndex, chat: ChatModel, question: Question, sectio
         "reports": len(ctx.community_ids),
         "units": len(ctx.unit_ids),
     }
-    coverage = {**local_coverage(store, question, ctx, section), "basic_ranking": basic.method,
-                **({"basic_fusion": basic.fusion} if basic.fusion else {}),
-                **({"rerank_error": basic.rerank_error} if basic.rerank_error else {})}
+    coverage = {**local_coverage(store, question, ctx, section), **basic.guard_coverage()}
     emit_context(store, ctx.unit_ids, True, ctx.tokens, coverage)  # before the model call
     if not ctx.text.strip():
         return Answer(question=question.text, answer=NO_CONTEXT_ANSWER, method="local", details=details, coverage=coverage)
